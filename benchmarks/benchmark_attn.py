@@ -1,0 +1,149 @@
+"""Attention throughput on the paper's grid (section 4.1): flash_attn_cuda vs PyTorch SDPA's
+flash, cuDNN, efficient and math backends, measured in one process.
+
+python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16,fp16] ...
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+import subprocess
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from flash_attn_cuda import flash_attn_func
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SDPA_BACKENDS = {
+    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa_math": SDPBackend.MATH,
+}
+IMPLS = ["flash_attn_cuda", *SDPA_BACKENDS]
+TOKENS = 16384
+HIDDEN = 2048
+
+
+def attention_flops(seqlen, head_dim, nheads, batch, causal, direction):
+    fwd = 4 * seqlen * seqlen * head_dim * nheads * batch / (2 if causal else 1)
+    return {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[direction]
+
+
+def make_call(impl, q, k, v, causal):
+    if impl == "flash_attn_cuda":
+        return lambda: flash_attn_func(q, k, v, causal=causal)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # SDPA takes (batch, nheads, seqlen, d)
+    backend = SDPA_BACKENDS[impl]
+
+    def call():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+    return call
+
+
+def time_ms(fn):
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def bench_config(impl, dtype, head_dim, causal, seqlen, skip_math_above):
+    if impl == "sdpa_math" and seqlen > skip_math_above:
+        return None, f"skipped above seqlen {skip_math_above}"
+    batch, nheads = TOKENS // seqlen, HIDDEN // head_dim
+    q, k, v = (torch.randn(batch, seqlen, nheads, head_dim, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
+    try:
+        ms = time_ms(make_call(impl, q, k, v, causal))
+    except (RuntimeError, torch.OutOfMemoryError) as err:
+        torch.cuda.empty_cache()
+        return None, str(err).splitlines()[0][:100]
+    flops = attention_flops(seqlen, head_dim, nheads, batch, causal, "fwd")
+    row = dict(impl=impl, direction="fwd", dtype=dtype, hdim=head_dim, causal=causal, seqlen=seqlen, batch=batch,
+               nheads=nheads, ms=ms, tflops=flops / ms * 1e-9)
+    return row, None
+
+
+def peak_memory(impl, seqlen=16384, head_dim=128, nheads=16):
+    q, k, v = (torch.randn(1, seqlen, nheads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    try:
+        make_call(impl, q, k, v, causal=False)()
+        torch.cuda.synchronize()
+    except (RuntimeError, torch.OutOfMemoryError) as err:
+        return {"impl": impl, "error": str(err).splitlines()[0][:100]}
+    return {"impl": impl, "seqlen": seqlen, "hdim": head_dim, "nheads": nheads,
+            "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
+
+
+def print_table(rows):
+    by_key = {}
+    for r in rows:
+        by_key.setdefault((r["dtype"], r["hdim"], r["causal"], r["seqlen"]), {})[r["impl"]] = r["tflops"]
+    others = [i for i in IMPLS if i != "flash_attn_cuda"]
+    print(f"{'dtype':5} {'d':>4} {'causal':6} {'seqlen':>6} {'ours':>7} " + " ".join(f"{i[5:]:>9}" for i in others)
+          + "  " + " ".join(f"{'x' + i[5:]:>9}" for i in others))
+    for (dtype, hdim, causal, seqlen), t in sorted(by_key.items()):
+        ours = t.get("flash_attn_cuda")
+        cells = " ".join(f"{t[i]:9.1f}" if i in t else f"{'-':>9}" for i in others)
+        ratios = " ".join(f"{ours / t[i]:9.2f}" if ours and i in t else f"{'-':>9}" for i in others)
+        print(f"{dtype:5} {hdim:4d} {str(causal):6} {seqlen:6d} {ours or 0:7.1f} {cells}  {ratios}")
+
+
+def metadata():
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "commit": commit or "unknown"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtypes", default="bf16")
+    parser.add_argument("--hdims", default="64,128")
+    parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    parser.add_argument("--causal", default="false,true")
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--skip-math-above", type=int, default=8192)
+    parser.add_argument("--quick", action="store_true", help="a smoke subset: seqlen 2k and 16k")
+    parser.add_argument("--json", action="store_true", help="write results/attn_h100.json and its _meta.json")
+    parser.add_argument("--memory", action="store_true", help="peak memory of one forward at seqlen 16k")
+    args = parser.parse_args()
+
+    seqlens = [2048, 16384] if args.quick else [int(s) for s in args.seqlens.split(",")]
+    causals = [c.strip().lower() == "true" for c in args.causal.split(",")]
+    meta = metadata()
+    print(meta)
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for hdim in (int(h) for h in args.hdims.split(",")):
+            for causal in causals:
+                for seqlen in seqlens:
+                    for impl in args.impls.split(","):
+                        row, why = bench_config(impl, dtype, hdim, causal, seqlen, args.skip_math_above)
+                        if row:
+                            rows.append(row)
+                        else:
+                            print(f"  {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}: {why}")
+    if args.memory:
+        meta["peak_memory_fwd"] = [peak_memory(i) for i in ("flash_attn_cuda", "sdpa_flash", "sdpa_math")]
+        for m in meta["peak_memory_fwd"]:
+            print("peak memory:", m)
+    if args.json:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "attn_h100.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (RESULTS / "attn_h100_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+// Small CuTe helpers: register-layout views, conversions, quad reductions, tile GEMMs and
+// predicated tile copies.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
+
+namespace flash {
+
+using namespace cute;
+
+// An MMA accumulator ((2, 2), MMA_M, MMA_N) seen as (rows, cols) = ((2, MMA_M), (2, MMA_N)):
+// of the 4 values of an m16n8 tile a thread holds, the inner pair are adjacent columns and the
+// outer pair are rows r and r + 8.
+template <class Layout>
+__host__ __device__ constexpr auto rowcol(Layout const &acc) {
+    static_assert(decltype(rank(acc))::value == 3);
+    static_assert(decltype(rank<0>(acc))::value == 2);
+    return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)), make_layout(get<0, 0>(acc), get<2>(acc)));
+}
+
+// The accumulator of S = Q K^T ((2, 2), MMA_M, MMA_N) seen as the A operand of P V
+// ((2, 2, 2), MMA_M, MMA_N / 2): the C fragments of two adjacent n8 tiles are exactly the A
+// fragment of one k16 step, so P never leaves registers.
+template <class Layout>
+__host__ __device__ constexpr auto acc_as_operand_a(Layout const &acc) {
+    static_assert(decltype(rank(acc))::value == 3);
+    static_assert(decltype(size<2>(acc))::value % 2 == 0);
+    auto n_split = logical_divide(layout<2>(acc), Shape<_2>{});  // ((2, MMA_N / 2))
+    return make_layout(make_layout(layout<0>(acc), layout<0, 0>(n_split)), layout<1>(acc), layout<0, 1>(n_split));
+}
+
+// Element-wise type conversion of a register tensor with packed converts (e.g. cvt.rn.bf16x2.f32).
+template <typename To, class Engine, class Layout>
+__device__ auto convert_type(Tensor<Engine, Layout> const &src) {
+    using From = typename Engine::value_type;
+    constexpr int kNumel = decltype(size(src))::value;
+    Tensor dst = make_tensor<To>(src.layout());
+    cutlass::NumericArrayConverter<To, From, kNumel> convert;
+    *reinterpret_cast<cutlass::Array<To, kNumel> *>(dst.data()) =
+        convert(*reinterpret_cast<cutlass::Array<From, kNumel> const *>(src.data()));
+    return dst;
+}
+
+struct MaxOp {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// The 4 lanes of a quad hold the same accumulator rows: reduce a row statistic across them.
+template <class Op>
+__device__ float quad_allreduce(float x, Op op) {
+    x = op(x, __shfl_xor_sync(0xffffffff, x, 2));
+    x = op(x, __shfl_xor_sync(0xffffffff, x, 1));
+    return x;
+}
+
+// acc += A B with both operands in shared memory, loaded with ldmatrix one k16 step ahead of
+// the MMAs that use them.
+template <class TiledMma, class Acc, class RegA, class RegB, class SmemA, class SmemB, class CopyA,
+          class CopyB>
+__device__ void gemm_ss(TiledMma const &tiled_mma, Acc &acc, RegA &tCrA, RegB &tCrB, SmemA const &tCsA,
+                        SmemB const &tCsB, CopyA const &copy_a, CopyB const &copy_b) {
+    Tensor tCrA_copy = copy_a.get_slice(threadIdx.x).retile_D(tCrA);
+    Tensor tCrB_copy = copy_b.get_slice(threadIdx.x).retile_D(tCrB);
+    constexpr int kSteps = decltype(size<2>(tCrA))::value;
+    copy(copy_a, tCsA(_, _, 0), tCrA_copy(_, _, 0));
+    copy(copy_b, tCsB(_, _, 0), tCrB_copy(_, _, 0));
+    CUTE_UNROLL
+    for (int k = 0; k < kSteps; ++k) {
+        if (k + 1 < kSteps) {
+            copy(copy_a, tCsA(_, _, k + 1), tCrA_copy(_, _, k + 1));
+            copy(copy_b, tCsB(_, _, k + 1), tCrB_copy(_, _, k + 1));
+        }
+        gemm(tiled_mma, acc, tCrA(_, _, k), tCrB(_, _, k), acc);
+    }
+}
+
+// acc += A B with A already in registers and B in shared memory.
+template <class TiledMma, class Acc, class RegA, class RegB, class SmemB, class CopyB>
+__device__ void gemm_rs(TiledMma const &tiled_mma, Acc &acc, RegA const &tCrA, RegB &tCrB, SmemB const &tCsB,
+                        CopyB const &copy_b) {
+    Tensor tCrB_copy = copy_b.get_slice(threadIdx.x).retile_D(tCrB);
+    constexpr int kSteps = decltype(size<2>(tCrA))::value;
+    copy(copy_b, tCsB(_, _, 0), tCrB_copy(_, _, 0));
+    CUTE_UNROLL
+    for (int k = 0; k < kSteps; ++k) {
+        if (k + 1 < kSteps) {
+            copy(copy_b, tCsB(_, _, k + 1), tCrB_copy(_, _, k + 1));
+        }
+        gemm(tiled_mma, acc, tCrA(_, _, k), tCrB(_, _, k), acc);
+    }
+}
+
+// Tile copy global -> shared with cp.async; accesses whose (row, col) lies outside
+// [0, max_rows) x [0, max_cols) write zeros instead of reading. coord holds each access's
+// (row, col) in the tile, partitioned like src.
+template <class TiledCopy, class Src, class Dst, class Coord>
+__device__ void copy_zfill(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord,
+                           int max_rows, int max_cols) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(src); ++m) {
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(src); ++k) {
+            const bool in_bounds = get<0>(coord(0, m, k)) < max_rows && get<1>(coord(0, m, k)) < max_cols;
+            copy(tiled_copy.with(in_bounds), src(_, m, k), dst(_, m, k));
+        }
+    }
+}
+
+// Tile copy registers -> global that skips accesses outside [0, max_rows) x [0, max_cols).
+template <class TiledCopy, class Src, class Dst, class Coord>
+__device__ void copy_guarded(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord,
+                             int max_rows, int max_cols) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(src); ++m) {
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(src); ++k) {
+            if (get<0>(coord(0, m, k)) < max_rows && get<1>(coord(0, m, k)) < max_cols) {
+                copy(tiled_copy, src(_, m, k), dst(_, m, k));
+            }
+        }
+    }
+}
+
+}  // namespace flash

@@ -1,0 +1,7 @@
+"""FlashAttention-2 as a CUDA/CuTe PyTorch extension, with the flash-attn 2.x API."""
+
+__version__ = "0.1.0"
+
+from flash_attn_cuda.interface import flash_attn_func
+
+__all__ = ["flash_attn_func", "__version__"]

@@ -1,0 +1,119 @@
+"""The public functions, with the flash-attn 2.x signatures, and the torch.library custom op."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from flash_attn_cuda import _extension
+
+_DTYPES = (torch.float16, torch.bfloat16)
+_MAX_HEAD_DIM = 256
+
+
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_forward", mutates_args=())
+def _flash_attn_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, softmax_lse = _extension.load().fwd(q, k, v, None, softmax_scale, causal)
+    return out, softmax_lse
+
+
+@_flash_attn_forward.register_fake
+def _(q, k, v, softmax_scale, causal):
+    batch, seqlen_q, nheads, _ = q.shape
+    return torch.empty_like(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output):
+    pass
+
+
+def _backward(ctx, grad_out, grad_lse):
+    raise NotImplementedError("flash_attn_cuda: the backward pass is not implemented yet (issue 3)")
+
+
+_flash_attn_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _check_inputs(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"flash_attn_cuda supports fp16 and bf16; {name} is {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (batch, seqlen, nheads, head_dim), got shape {tuple(t.shape)}")
+    batch, _, nheads, head_dim = q.shape
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(f"k must be ({batch}, seqlen_k, nheads_k, {head_dim}), got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if head_dim > _MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be at most {_MAX_HEAD_DIM}, got {head_dim}")
+    if k.shape[2] == 0 or nheads % k.shape[2] != 0:
+        raise ValueError(f"nheads ({nheads}) must be a multiple of nheads_k ({k.shape[2]})")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+
+
+def _check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes):
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash_attn_cuda: dropout_p != 0 is not implemented yet")
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("flash_attn_cuda: window_size (local attention) is not implemented yet")
+    if softcap != 0.0:
+        raise NotImplementedError("flash_attn_cuda: softcap is not implemented yet")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash_attn_cuda: alibi_slopes is not implemented yet")
+
+
+def _prepare(t, head_dim_padded):
+    """Pads the head dim to a multiple of 8 and makes the 16-byte alignment the kernels need."""
+    if t.shape[-1] != head_dim_padded:
+        return F.pad(t, (0, head_dim_padded - t.shape[-1]))
+    aligned = t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+    return t if aligned else t.clone(memory_format=torch.contiguous_format)
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact attention softmax(q k^T * softmax_scale) v, computed tile by tile (FlashAttention-2).
+
+    q: (batch, seqlen_q, nheads, head_dim); k, v: (batch, seqlen_k, nheads_k, head_dim), fp16 or bf16
+    on one CUDA device, nheads a multiple of nheads_k (MQA/GQA), head_dim <= 256. causal masks
+    aligned to the bottom-right corner: query i sees keys j <= i + seqlen_k - seqlen_q.
+    Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, None) with
+    return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32.
+    deterministic only concerns the backward pass.
+    """
+    _check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
+    _check_inputs(q, k, v)
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
+    head_dim_padded = (head_dim + 7) // 8 * 8
+    q, k, v = (_prepare(t, head_dim_padded) for t in (q, k, v))
+    out, softmax_lse = _flash_attn_forward(q, k, v, float(softmax_scale), bool(causal))
+    out = out[..., :head_dim]
+    return (out, softmax_lse, None) if return_attn_probs else out

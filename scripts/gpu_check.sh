@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
+# Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
+# TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="hdim block_m block_n warps;..." (empty: no tuning).
+# Logs go to $OUT (default ./gpu_out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90} MAX_JOBS=${MAX_JOBS:-16}
+summary=()
+failed=0
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+
+start=$(date +%s)
+if python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+    summary+=("build: ok in $(( $(date +%s) - start )) s (archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_HDIMS:-all} dtypes=${FLASH_ATTN_DTYPES:-all})")
+else
+    tail -40 "$OUT/build.log"
+    echo "build: FAILED"
+    exit 1
+fi
+
+if [ -n "${TUNE:-}" ]; then
+    IFS=';' read -ra candidates <<< "$TUNE"
+    benchmarks/tune/tune_fwd.sh "$OUT/tune" "${candidates[@]}" > "$OUT/tune.log" 2>&1 || failed=1
+    summary+=("tune: $(wc -l < "$OUT/tune/tune_fwd.txt" 2>/dev/null || echo 0) rows in tune/tune_fwd.txt")
+fi
+
+if [ "${TESTS:-1}" = 1 ]; then
+    python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1 || failed=1
+    summary+=("tests: $(tail -1 "$OUT/tests.log")")
+fi
+
+case "${BENCH:-quick}" in
+    quick) python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1 ;;
+    full)
+        python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1
+        cp benchmarks/results/attn_h100*.json "$OUT/" 2>/dev/null ;;
+esac
+
+echo "================ summary ================"
+grep -E "FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -20
+[ -f "$OUT/tune/tune_fwd.txt" ] && cat "$OUT/tune/tune_fwd.txt"
+[ -f "$OUT/bench.log" ] && tail -45 "$OUT/bench.log"
+printf '%s\n' "${summary[@]}"
+exit $failed

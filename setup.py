@@ -1,0 +1,127 @@
+"""Builds flash_attn_cuda._C. Knobs (environment variables), all optional:
+
+FLASH_ATTN_CUDA_ARCHS  SASS to build, e.g. "80;90" (default) or "90"
+FLASH_ATTN_HDIMS       kernel head dims, e.g. "64,128" (default: all)
+FLASH_ATTN_DTYPES      "fp16,bf16" (default) or one of them
+MAX_JOBS               parallel compile jobs (ninja)
+NVCC_THREADS           nvcc --threads (default 4)
+CUTLASS_DIR            a CUTLASS checkout to use instead of the nvidia-cutlass package
+"""
+
+import importlib.util
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported.
+if "CUDA_HOME" not in os.environ and pathlib.Path("/usr/local/cuda/bin/nvcc").exists():
+    os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+from setuptools import find_packages, setup  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("generate_kernels", ROOT / "csrc" / "generate_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def _knob_list(name, default):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return list(default)
+    return [item.strip() for item in raw.replace(";", ",").split(",") if item.strip()]
+
+
+def _archs():
+    archs = []
+    for item in _knob_list("FLASH_ATTN_CUDA_ARCHS", ["80", "90"]):
+        item = item.lower().removeprefix("sm_").removeprefix("sm")
+        if not item.isdigit() or int(item) < 80:
+            sys.exit(f"FLASH_ATTN_CUDA_ARCHS: {item!r} is not an arch >= 80 (examples: 80, 86, 89, 90)")
+        archs.append(int(item))
+    return sorted(set(archs))
+
+
+def _hdims():
+    hdims = []
+    for item in _knob_list("FLASH_ATTN_HDIMS", [str(d) for d in gen.HEAD_DIMS]):
+        if not item.isdigit() or int(item) not in gen.HEAD_DIMS:
+            sys.exit(f"FLASH_ATTN_HDIMS: {item!r} is not one of {', '.join(map(str, gen.HEAD_DIMS))}")
+        hdims.append(int(item))
+    return sorted(set(hdims))
+
+
+def _dtypes():
+    dtypes = _knob_list("FLASH_ATTN_DTYPES", list(gen.DTYPES))
+    for item in dtypes:
+        if item not in gen.DTYPES:
+            sys.exit(f"FLASH_ATTN_DTYPES: {item!r} is not one of {', '.join(gen.DTYPES)}")
+    return sorted(set(dtypes))
+
+
+def _cutlass_include():
+    if os.environ.get("CUTLASS_DIR"):
+        include = pathlib.Path(os.environ["CUTLASS_DIR"]) / "include"
+    elif (ROOT / "third_party" / "cutlass" / "include").is_dir():
+        include = ROOT / "third_party" / "cutlass" / "include"
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or spec.origin is None:
+            sys.exit("CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0, or set CUTLASS_DIR to a checkout")
+        include = pathlib.Path(spec.origin).parent / "source" / "include"
+    if not (include / "cute" / "tensor.hpp").exists():
+        sys.exit(f"CUTLASS headers not found in {include} (CUTLASS_DIR, third_party/cutlass or nvidia-cutlass)")
+    return include
+
+
+def _pip_cuda_include():
+    """torch's CUDA headers include cusparse.h etc., which a toolkit with only nvcc lacks: the
+    nvidia-* pip packages that come with torch carry them."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [str(p) for loc in spec.submodule_search_locations for p in pathlib.Path(loc).glob("cu*/include")]
+
+
+def _extension():
+    archs, hdims, dtypes = _archs(), _hdims(), _dtypes()
+    if gen.main(["--check"]) != 0:
+        gen.main([])
+    print(f"flash_attn_cuda: archs={archs} head_dims={hdims} dtypes={dtypes}")
+    macros = [f"-DFLASH_ATTN_HDIM_{d}" for d in hdims] + [f"-DFLASH_ATTN_DTYPE_{t.upper()}" for t in dtypes]
+    macros.append("-DFLASH_ATTN_ARCHS=" + ",".join(map(str, archs)))
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    nvcc_flags = [
+        "-O3",
+        "-std=c++17",
+        "--use_fast_math",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-lineinfo",
+        f"--threads={os.environ.get('NVCC_THREADS', '4')}",
+    ]
+    return CUDAExtension(
+        name="flash_attn_cuda._C",
+        sources=["csrc/flash_api.cpp"] + gen.kernel_files(hdims, dtypes),
+        include_dirs=[str(ROOT / "csrc"), str(_cutlass_include())] + _pip_cuda_include(),
+        extra_compile_args={"cxx": ["-O3", "-std=c++20"] + macros, "nvcc": nvcc_flags + gencode + macros},
+    )
+
+
+setup(
+    packages=find_packages(include=["flash_attn_cuda", "flash_attn_cuda.*"]),
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

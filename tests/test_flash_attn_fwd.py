@@ -1,0 +1,168 @@
+"""The forward kernel against the float32 reference, under the numerics rule of DESIGN.md (GPU)."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import kernel_skip_reason, requires_gpu
+from flash_attn_cuda import _extension, flash_attn_func
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+DTYPES = [torch.float16, torch.bfloat16]
+HEAD_DIMS = [32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256]
+SEQLENS = [(1, 1), (1, 113), (113, 1), (113, 203), (256, 256), (1000, 1000), (2049, 1000), (1000, 2049), (128, 2049)]
+
+
+def skip_unbuilt(head_dim, dtype):
+    reason = kernel_skip_reason(head_dim, dtype)
+    if reason:
+        pytest.skip(reason)
+
+
+def random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+    return q, k, v
+
+
+def assert_numerics_rule(out, q, k, v, causal, softmax_scale=None):
+    """max|out - out_ref| <= 2 max|out_pt - out_ref| + 1e-5, out_ref in float32 and out_pt in the
+    inputs' dtype, both from attention_ref; NaN fails (comparisons with NaN are False)."""
+    out_ref, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
+    err = (out.float() - out_ref.float()).abs().max().item()
+    err_pt = (out_pt.float() - out_ref.float()).abs().max().item()
+    assert not math.isnan(err), "NaN in the output"
+    assert err <= 2 * err_pt + 1e-5, f"max error {err} vs standard implementation's {err_pt}"
+
+
+def assert_lse_close(lse, q, k, causal, softmax_scale=None):
+    _, lse_ref = attention_ref(q, k, k, causal=causal, softmax_scale=softmax_scale)
+    masked = torch.isinf(lse_ref)
+    assert torch.equal(torch.isinf(lse), masked)
+    # lse is an fp32 sum of exps of fp32 scores from low-precision q, k: its error is that of fp32
+    # accumulation over at most 2k terms of size ~|q||k|*scale, far below 1e-3 absolute.
+    torch.testing.assert_close(lse[~masked], lse_ref[~masked], rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_forward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k):
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=seqlen_q * 7 + seqlen_k + head_dim)
+    out, lse, probs = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert probs is None
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (2, 4, seqlen_q) and lse.dtype == torch.float32
+    assert_numerics_rule(out, q, k, v, causal)
+    assert_lse_close(lse, q, k, causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("nheads_k", [2, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_mqa(dtype, head_dim, nheads_k, causal):
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(3, 300, 517, 8, nheads_k, head_dim, dtype, seed=nheads_k)
+    out = flash_attn_func(q, k, v, causal=causal)
+    assert_numerics_rule(out, q, k, v, causal)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_poisoned_output_is_fully_written(seed, head_dim):
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 333, 333, 4, 2, head_dim, dtype, seed=seed)
+    out = torch.full_like(q, float("nan"))
+    _extension.load().fwd(q, k, v, out, 1.0 / math.sqrt(head_dim), True)
+    assert_numerics_rule(out, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_non_contiguous_inputs(causal):
+    dtype, head_dim = torch.float16, 64
+    skip_unbuilt(head_dim, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    # Slices of a packed qkv tensor, and a (batch, nheads, seqlen, d) tensor seen transposed.
+    qkv = torch.randn(2, 257, 3, 4, head_dim, device="cuda", dtype=dtype, generator=gen)
+    q, k = qkv[:, :, 0], qkv[:, :, 1]
+    v = torch.randn(2, 4, 257, head_dim, device="cuda", dtype=dtype, generator=gen).transpose(1, 2)
+    assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    out = flash_attn_func(q, k, v, causal=causal)
+    assert_numerics_rule(out, q, k, v, causal)
+
+
+def test_softmax_scale():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 200, 300, 2, 2, head_dim, dtype, seed=9)
+    out, lse, _ = flash_attn_func(q, k, v, softmax_scale=0.37, causal=True, return_attn_probs=True)
+    assert_numerics_rule(out, q, k, v, causal=True, softmax_scale=0.37)
+    assert_lse_close(lse, q, k, causal=True, softmax_scale=0.37)
+
+
+def test_large_inputs_do_not_overflow():
+    """Scores of hundreds: the online softmax must subtract the running max before exp."""
+    dtype, head_dim = torch.bfloat16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 512, 512, 2, 2, head_dim, dtype, seed=11)
+    q, k = q * 8, k * 8
+    out = flash_attn_func(q, k, v)
+    assert_numerics_rule(out, q, k, v, causal=False)
+
+
+def test_torch_compile_fullgraph():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 129, 129, 4, 4, head_dim, dtype, seed=3)
+
+    def attend(q, k, v):
+        return flash_attn_func(q, k, v, causal=True) * 2
+
+    compiled = torch.compile(attend, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), rtol=0, atol=0)
+
+
+def test_backward_raises_not_implemented():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 64, 64, 2, 2, head_dim, dtype, seed=4))
+    out = flash_attn_func(q, k, v)
+    with pytest.raises(NotImplementedError, match="backward"):
+        out.sum().backward()
+
+
+def test_unbuilt_kernel_names_the_knob():
+    built = _extension.load().built_config()
+    missing = [d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d not in built["head_dims"]]
+    if not missing:
+        pytest.skip("every head dim is built")
+    dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
+    q, k, v = random_qkv(1, 16, 16, 1, 1, missing[0], dtype, seed=0)
+    with pytest.raises(RuntimeError, match="FLASH_ATTN_HDIMS"):
+        flash_attn_func(q, k, v)
+
+
+def test_forward_memory_is_linear_in_seqlen():
+    """Beyond its inputs, the forward allocates O and L only: no seqlen^2 buffer."""
+    dtype, head_dim = torch.bfloat16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 8192, 8192, 16, 16, head_dim, dtype, seed=6)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    outputs = out.numel() * out.element_size() + lse.numel() * lse.element_size()
+    # The allocator rounds each block up to at most 2 MiB.
+    assert extra <= outputs + 4 * 2**20, f"forward allocated {extra} bytes for {outputs} bytes of outputs"
