@@ -15,8 +15,16 @@ _MAX_HEAD_DIM = 256
 def _flash_attn_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_aligned(t) for t in (q, k, v))
     out, softmax_lse = _extension.load().fwd(q, k, v, None, softmax_scale, causal)
     return out, softmax_lse
+
+
+def _aligned(t):
+    """The kernels move 16 bytes at a time: copy a tensor whose data or strides are not aligned."""
+    if t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 @_flash_attn_forward.register_fake
@@ -75,14 +83,6 @@ def _check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes):
         raise NotImplementedError("flash_attn_cuda: alibi_slopes is not implemented yet")
 
 
-def _prepare(t, head_dim_padded):
-    """Pads the head dim to a multiple of 8 and makes the 16-byte alignment the kernels need."""
-    if t.shape[-1] != head_dim_padded:
-        return F.pad(t, (0, head_dim_padded - t.shape[-1]))
-    aligned = t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
-    return t if aligned else t.clone(memory_format=torch.contiguous_format)
-
-
 def flash_attn_func(
     q,
     k,
@@ -113,7 +113,8 @@ def flash_attn_func(
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
     head_dim_padded = (head_dim + 7) // 8 * 8
-    q, k, v = (_prepare(t, head_dim_padded) for t in (q, k, v))
+    if head_dim_padded != head_dim:
+        q, k, v = (F.pad(t, (0, head_dim_padded - head_dim)) for t in (q, k, v))
     out, softmax_lse = _flash_attn_forward(q, k, v, float(softmax_scale), bool(causal))
     out = out[..., :head_dim]
     return (out, softmax_lse, None) if return_attn_probs else out

@@ -101,6 +101,17 @@ def test_non_contiguous_inputs(causal):
     assert_numerics_rule(out, q, k, v, causal)
 
 
+def test_misaligned_inputs():
+    """Data pointers off 16-byte alignment (a view at an odd storage offset) still work."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    shape = (2, 100, 4, head_dim)
+    q, k, v = (torch.randn(math.prod(shape) + 1, device="cuda", dtype=dtype)[1:].view(shape) for _ in range(3))
+    assert q.data_ptr() % 16 != 0
+    out = flash_attn_func(q, k, v, causal=True)
+    assert_numerics_rule(out, q, k, v, causal=True)
+
+
 def test_softmax_scale():
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
