@@ -97,7 +97,8 @@ def _extension():
         gen.main([])
     print(f"flash_attn_cuda: archs={archs} head_dims={hdims} dtypes={dtypes}")
     macros = [f"-DFLASH_ATTN_HDIM_{d}" for d in hdims] + [f"-DFLASH_ATTN_DTYPE_{t.upper()}" for t in dtypes]
-    macros.append("-DFLASH_ATTN_ARCHS=" + ",".join(map(str, archs)))
+    # Host only: nvcc splits -D values at commas ("-DFLASH_ATTN_ARCHS=80,90" defines a macro "90").
+    archs_macro = "-DFLASH_ATTN_ARCHS=" + ",".join(map(str, archs))
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     nvcc_flags = [
         "-O3",
@@ -116,7 +117,7 @@ def _extension():
         name="flash_attn_cuda._C",
         sources=["csrc/flash_api.cpp"] + gen.kernel_files(hdims, dtypes),
         include_dirs=[str(ROOT / "csrc"), str(_cutlass_include())] + _pip_cuda_include(),
-        extra_compile_args={"cxx": ["-O3", "-std=c++20"] + macros, "nvcc": nvcc_flags + gencode + macros},
+        extra_compile_args={"cxx": ["-O3", "-std=c++20", archs_macro] + macros, "nvcc": nvcc_flags + gencode + macros},
     )
 
 

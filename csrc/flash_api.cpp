@@ -171,7 +171,7 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
         TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(), ", got ",
                           out.sizes());
     } else {
-        out = at::empty_like(q);
+        out = at::empty(q.sizes(), q.options());
     }
     at::Tensor softmax_lse = at::empty({batch, num_heads, seqlen_q}, q.options().dtype(at::kFloat));
     if (batch == 0 || seqlen_q == 0 || num_heads == 0) {

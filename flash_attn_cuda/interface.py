@@ -30,7 +30,7 @@ def _aligned(t):
 @_flash_attn_forward.register_fake
 def _(q, k, v, softmax_scale, causal):
     batch, seqlen_q, nheads, _ = q.shape
-    return torch.empty_like(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):

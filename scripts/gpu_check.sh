@@ -10,6 +10,10 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90} MAX_JOBS=${MAX_JOBS:-16}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# The device image points CXX at a wrapper that links libstdc++ statically; the extension then
+# crashes in std::ostream as soon as an error message formats a number (seen 2026-11-23). Build
+# with the system compiler, whose libstdc++ is the one torch and Python have loaded.
+if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
 summary=()
 failed=0
 

@@ -16,6 +16,13 @@ HEAD_DIMS = [32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256]
 SEQLENS = [(1, 1), (1, 113), (113, 1), (113, 203), (256, 256), (1000, 1000), (2049, 1000), (1000, 2049), (128, 2049)]
 
 
+def poison_allocator():
+    """Fills freed blocks of the caching allocator with NaN bytes (0xff), so that an output
+    element the kernel fails to write reads as NaN instead of a lucky old value."""
+    for nbytes in (2**20 - 4096, 256 * 2**20):
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
+
+
 def skip_unbuilt(head_dim, dtype):
     reason = kernel_skip_reason(head_dim, dtype)
     if reason:
@@ -57,6 +64,7 @@ def assert_lse_close(lse, q, k, causal, softmax_scale=None):
 def test_forward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k):
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=seqlen_q * 7 + seqlen_k + head_dim)
+    poison_allocator()
     out, lse, probs = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
     assert probs is None
     assert out.shape == q.shape and out.dtype == dtype
@@ -152,7 +160,7 @@ def test_backward_raises_not_implemented():
         out.sum().backward()
 
 
-def test_unbuilt_kernel_names_the_knob():
+def test_unbuilt_head_dim_names_the_knob():
     built = _extension.load().built_config()
     missing = [d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d not in built["head_dims"]]
     if not missing:
@@ -161,6 +169,25 @@ def test_unbuilt_kernel_names_the_knob():
     q, k, v = random_qkv(1, 16, 16, 1, 1, missing[0], dtype, seed=0)
     with pytest.raises(RuntimeError, match="FLASH_ATTN_HDIMS"):
         flash_attn_func(q, k, v)
+
+
+def test_unbuilt_dtype_names_the_knob():
+    built = _extension.load().built_config()
+    missing = [name for name in ("fp16", "bf16") if name not in built["dtypes"]]
+    if not missing:
+        pytest.skip("both dtypes are built")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[missing[0]]
+    q, k, v = random_qkv(1, 16, 16, 1, 1, built["head_dims"][0], dtype, seed=0)
+    with pytest.raises(RuntimeError, match="FLASH_ATTN_DTYPES"):
+        flash_attn_func(q, k, v)
+
+
+def test_inputs_on_different_devices():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 16, 16, 2, 2, head_dim, dtype, seed=0)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        flash_attn_func(q, k.cpu(), v)
 
 
 def test_forward_memory_is_linear_in_seqlen():

@@ -7,16 +7,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cutlass_inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+bin=$(mktemp -d)
 mkdir -p "$out"
 build() {
     set -- $1
     "$nvcc" -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -gencode=arch=compute_90,code=sm_90 -Xptxas -v \
         -I"$root/csrc" -I"$cutlass_inc" -DTUNE_HDIM=$1 -DTUNE_BLOCK_M=$2 -DTUNE_BLOCK_N=$3 -DTUNE_WARPS=$4 \
-        "$here/tune_fwd.cu" -o "$out/tune_$1_$2_$3_$4" > "$out/tune_$1_$2_$3_$4.build.log" 2>&1
+        "$here/tune_fwd.cu" -o "$bin/tune_$1_$2_$3_$4" > "$bin/tune_$1_$2_$3_$4.build.log" 2>&1 ||
+        { cat "$bin/tune_$1_$2_$3_$4.build.log"; return 1; }
 }
-export -f build; export nvcc here root cutlass_inc out
+export -f build; export nvcc here root cutlass_inc bin
 printf '%s\n' "$@" | xargs -P "${MAX_JOBS:-16}" -I{} bash -c 'build "{}"'
 for cfg in "$@"; do
     set -- $cfg
-    "$out/tune_$1_$2_$3_$4"
+    "$bin/tune_$1_$2_$3_$4"
 done | tee "$out/tune_fwd.txt"
