@@ -7,6 +7,7 @@ python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import subprocess
 
@@ -98,12 +99,13 @@ def print_table(rows):
 
 
 def metadata():
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
+    """Date, GPU, torch and commit (FLASH_ATTN_COMMIT, for a tree copied without .git)."""
+    commit = os.environ.get("FLASH_ATTN_COMMIT")
+    if not commit:
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        commit = git.stdout.strip() if git.returncode == 0 else "unknown"
     return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "commit": commit or "unknown"}
+            "torch": torch.__version__, "commit": commit}
 
 
 def main():
