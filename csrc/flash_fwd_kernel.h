@@ -102,9 +102,41 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     clear(acc_o);
     OnlineSoftmax<decltype(size<0>(rowcol(acc_o.layout())))::value> softmax;
 
-    // The KV blocks are visited from the last to the first, so the only blocks that need a mask
-    // (the seqlen_k edge and the causal diagonal) come first. One shared buffer each for K and V:
-    // the load of V_j overlaps S = Q K_j^T and the load of K_{j-1} overlaps P V_j.
+    // One step of the inner loop (Algorithm 1 lines 7-10) for KV block n_block. One shared buffer
+    // each for K and V: the load of V_j overlaps S = Q K_j^T, the load of K_{j-1} overlaps P V_j.
+    auto kv_step = [&](int n_block, auto masked) {
+        const int col0 = n_block * kBlockN;
+        Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+        cp_async_wait<0>();
+        __syncthreads();  // K_j visible to all; everyone is done reading V_{j+1}
+        copy_zfill(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, binfo.seqlen_k - col0, params.head_dim);
+        cp_async_fence();
+
+        // Line 8: S = Q K_j^T.
+        gemm_ss(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_copy_q, smem_copy_k);
+        if constexpr (decltype(masked)::value) {
+            mask.apply(acc_s, tScS, row0, col0);
+        }
+
+        cp_async_wait<0>();
+        __syncthreads();  // V_j visible to all; everyone is done reading K_j
+        if (n_block > 0) {
+            copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK, tKVcKV, binfo.seqlen_k - col0 + kBlockN,
+                       params.head_dim);
+            cp_async_fence();
+        }
+
+        // Lines 9-10: online softmax, then O += P~ V_j with P~ kept in registers.
+        softmax.update(acc_s, acc_o, params.softmax_scale_log2);
+        Tensor rP = convert_type<Element>(acc_s);
+        Tensor tOrP = make_tensor(rP.data(), acc_as_operand_a(rP.layout()));
+        gemm_rs(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, smem_copy_v);
+    };
+
+    // The KV blocks are visited from the last to the first, so the blocks that need a mask (the
+    // seqlen_k edge and the causal diagonal) come first; the loop over the others has no mask
+    // code at all.
     if (n_block_max > 0) {
         int n_block = n_block_max - 1;
         // Line 4, and line 7 for K of the first block.
@@ -112,36 +144,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, binfo.seqlen_k - n_block * kBlockN,
                    params.head_dim);
         cp_async_fence();
-
+        for (; n_block >= 0 && mask.needed(row0, n_block * kBlockN, kBlockN); --n_block) {
+            kv_step(n_block, cute::true_type{});
+        }
         for (; n_block >= 0; --n_block) {
-            const int col0 = n_block * kBlockN;
-            Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
-            clear(acc_s);
-            cp_async_wait<0>();
-            __syncthreads();  // K_j visible to all; everyone is done reading V_{j+1}
-            copy_zfill(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, binfo.seqlen_k - col0,
-                       params.head_dim);
-            cp_async_fence();
-
-            // Line 8: S = Q K_j^T.
-            gemm_ss(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_copy_q, smem_copy_k);
-            if (mask.needed(row0, col0, kBlockN)) {
-                mask.apply(acc_s, tScS, row0, col0);
-            }
-
-            cp_async_wait<0>();
-            __syncthreads();  // V_j visible to all; everyone is done reading K_j
-            if (n_block > 0) {
-                copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK, tKVcKV,
-                           binfo.seqlen_k - col0 + kBlockN, params.head_dim);
-                cp_async_fence();
-            }
-
-            // Lines 9-10: online softmax, then O += P~ V_j with P~ kept in registers.
-            softmax.update(acc_s, acc_o, params.softmax_scale_log2);
-            Tensor rP = convert_type<Element>(acc_s);
-            Tensor tOrP = make_tensor(rP.data(), acc_as_operand_a(rP.layout()));
-            gemm_rs(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, smem_copy_v);
+            kv_step(n_block, cute::false_type{});
         }
     }
 
