@@ -1,7 +1,8 @@
 """Attention throughput on the paper's grid (section 4.1): flash_attn_cuda vs PyTorch SDPA's
 flash, cuDNN, efficient and math backends, measured in one process.
 
-python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16,fp16] ...
+python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16,fp16]
+    [--directions fwd,bwd,fwd_bwd] ...
 """
 
 import argparse
@@ -35,17 +36,33 @@ def attention_flops(seqlen, head_dim, nheads, batch, causal, direction):
     return {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[direction]
 
 
-def make_call(impl, q, k, v, causal):
+def attention_fn(impl, causal):
+    """impl's attention as f(q, k, v) in our (batch, seqlen, nheads, d) layout."""
     if impl == "flash_attn_cuda":
-        return lambda: flash_attn_func(q, k, v, causal=causal)
-    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # SDPA takes (batch, nheads, seqlen, d)
+        return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)
     backend = SDPA_BACKENDS[impl]
 
-    def call():
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    def sdpa(q, k, v):
+        with sdpa_kernel(backend):  # SDPA takes (batch, nheads, seqlen, d)
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=causal)
+        return out.transpose(1, 2)
 
-    return call
+    return sdpa
+
+
+def make_call(impl, q, k, v, causal, direction):
+    """A no-argument function running one direction: fwd, bwd (the backward of a stored forward),
+    or fwd_bwd."""
+    attend = attention_fn(impl, causal)
+    if direction == "fwd":
+        return lambda: attend(q, k, v)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+    if direction == "bwd":
+        out = attend(q, k, v)
+        return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
 
 def time_ms(fn):
@@ -54,48 +71,55 @@ def time_ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def bench_config(impl, dtype, head_dim, causal, seqlen, skip_math_above):
+def bench_config(impl, dtype, head_dim, causal, seqlen, direction, skip_math_above):
     if impl == "sdpa_math" and seqlen > skip_math_above:
         return None, f"skipped above seqlen {skip_math_above}"
     batch, nheads = TOKENS // seqlen, HIDDEN // head_dim
     q, k, v = (torch.randn(batch, seqlen, nheads, head_dim, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
     try:
-        ms = time_ms(make_call(impl, q, k, v, causal))
+        ms = time_ms(make_call(impl, q, k, v, causal, direction))
     except (RuntimeError, torch.OutOfMemoryError) as err:
-        torch.cuda.empty_cache()
         return None, str(err).splitlines()[0][:100]
-    flops = attention_flops(seqlen, head_dim, nheads, batch, causal, "fwd")
-    row = dict(impl=impl, direction="fwd", dtype=dtype, hdim=head_dim, causal=causal, seqlen=seqlen, batch=batch,
-               nheads=nheads, ms=ms, tflops=flops / ms * 1e-9)
+    finally:
+        torch.cuda.empty_cache()
+    flops = attention_flops(seqlen, head_dim, nheads, batch, causal, direction)
+    row = dict(impl=impl, direction=direction, dtype=dtype, hdim=head_dim, causal=causal, seqlen=seqlen,
+               batch=batch, nheads=nheads, ms=ms, tflops=flops / ms * 1e-9)
     return row, None
 
 
-def peak_memory(impl, seqlen=16384, head_dim=128, nheads=16):
+def peak_memory(impl, direction, seqlen=16384, head_dim=128, nheads=16):
+    """Memory allocated beyond the inputs by one call (fwd), or by the backward of a stored
+    forward (bwd), at batch 1."""
     q, k, v = (torch.randn(1, seqlen, nheads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     try:
-        make_call(impl, q, k, v, causal=False)()
+        call = make_call(impl, q, k, v, False, direction)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        call()
         torch.cuda.synchronize()
     except (RuntimeError, torch.OutOfMemoryError) as err:
-        return {"impl": impl, "error": str(err).splitlines()[0][:100]}
-    return {"impl": impl, "seqlen": seqlen, "hdim": head_dim, "nheads": nheads,
+        return {"impl": impl, "direction": direction, "error": str(err).splitlines()[0][:100]}
+    finally:
+        torch.cuda.empty_cache()
+    return {"impl": impl, "direction": direction, "seqlen": seqlen, "hdim": head_dim, "nheads": nheads,
             "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
 
 
 def print_table(rows):
     by_key = {}
     for r in rows:
-        by_key.setdefault((r["dtype"], r["hdim"], r["causal"], r["seqlen"]), {})[r["impl"]] = r["tflops"]
+        key = (r["direction"], r["dtype"], r["hdim"], r["causal"], r["seqlen"])
+        by_key.setdefault(key, {})[r["impl"]] = r["tflops"]
     others = [i for i in IMPLS if i != "flash_attn_cuda"]
-    print(f"{'dtype':5} {'d':>4} {'causal':6} {'seqlen':>6} {'ours':>7} " + " ".join(f"{i[5:]:>9}" for i in others)
-          + "  " + " ".join(f"{'x' + i[5:]:>9}" for i in others))
-    for (dtype, hdim, causal, seqlen), t in sorted(by_key.items()):
+    print(f"{'dir':7} {'dtype':5} {'d':>4} {'causal':6} {'seqlen':>6} {'ours':>7} "
+          + " ".join(f"{i[5:]:>9}" for i in others) + "  " + " ".join(f"{'x' + i[5:]:>9}" for i in others))
+    for (direction, dtype, hdim, causal, seqlen), t in sorted(by_key.items()):
         ours = t.get("flash_attn_cuda")
         cells = " ".join(f"{t[i]:9.1f}" if i in t else f"{'-':>9}" for i in others)
         ratios = " ".join(f"{ours / t[i]:9.2f}" if ours and i in t else f"{'-':>9}" for i in others)
-        print(f"{dtype:5} {hdim:4d} {str(causal):6} {seqlen:6d} {ours or 0:7.1f} {cells}  {ratios}")
+        print(f"{direction:7} {dtype:5} {hdim:4d} {str(causal):6} {seqlen:6d} {ours or 0:7.1f} {cells}  {ratios}")
 
 
 def metadata():
@@ -114,11 +138,12 @@ def main():
     parser.add_argument("--hdims", default="64,128")
     parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     parser.add_argument("--causal", default="false,true")
+    parser.add_argument("--directions", default="fwd,bwd,fwd_bwd")
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--skip-math-above", type=int, default=8192)
     parser.add_argument("--quick", action="store_true", help="a smoke subset: seqlen 2k and 16k")
     parser.add_argument("--json", action="store_true", help="write results/attn_h100.json and its _meta.json")
-    parser.add_argument("--memory", action="store_true", help="peak memory of one forward at seqlen 16k")
+    parser.add_argument("--memory", action="store_true", help="peak memory of one forward and of one backward at seqlen 16k")
     args = parser.parse_args()
 
     seqlens = [2048, 16384] if args.quick else [int(s) for s in args.seqlens.split(",")]
@@ -126,19 +151,22 @@ def main():
     meta = metadata()
     print(meta)
     rows = []
-    for dtype in args.dtypes.split(","):
-        for hdim in (int(h) for h in args.hdims.split(",")):
-            for causal in causals:
-                for seqlen in seqlens:
-                    for impl in args.impls.split(","):
-                        row, why = bench_config(impl, dtype, hdim, causal, seqlen, args.skip_math_above)
-                        if row:
-                            rows.append(row)
-                        else:
-                            print(f"  {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}: {why}")
+    for direction in args.directions.split(","):
+        for dtype in args.dtypes.split(","):
+            for hdim in (int(h) for h in args.hdims.split(",")):
+                for causal in causals:
+                    for seqlen in seqlens:
+                        for impl in args.impls.split(","):
+                            row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction,
+                                                    args.skip_math_above)
+                            if row:
+                                rows.append(row)
+                            else:
+                                print(f"  {direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}: {why}")
     if args.memory:
-        meta["peak_memory_fwd"] = [peak_memory(i) for i in ("flash_attn_cuda", "sdpa_flash", "sdpa_math")]
-        for m in meta["peak_memory_fwd"]:
+        meta["peak_memory"] = [peak_memory(i, d) for d in ("fwd", "bwd") for i in ("flash_attn_cuda", "sdpa_flash",
+                                                                                   "sdpa_math")]
+        for m in meta["peak_memory"]:
             print("peak memory:", m)
     if args.json:
         RESULTS.mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ struct Flash_fwd_params {
     int batch;
     int seqlen_q, seqlen_k;
     int num_heads, num_heads_k;
-    // The real head dim (a multiple of 8, at most the kernel's kHeadDim).
+    // The kernel's kHeadDim: flash_attn_func pads q, k, v to it.
     int head_dim;
 
     float softmax_scale;
@@ -31,5 +31,32 @@ struct Flash_fwd_params {
     int sm;
 };
 
+// The backward pass reads q, k, v, o (Flash_fwd_params) and the forward's logsumexp.
+struct Flash_bwd_params : Flash_fwd_params {
+    // dO: (batch, seqlen_q, nheads, head_dim) with a contiguous last dim.
+    void *__restrict__ do_ptr;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    // Outputs, contiguous. dk and dv have one head per query head (nheads); flash_api.cpp sums
+    // the heads of a group for MQA/GQA.
+    void *__restrict__ dq_ptr;
+    void *__restrict__ dk_ptr;
+    void *__restrict__ dv_ptr;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+
+    // Rows of the fp32 scratch buffers below, a multiple of the backward's kBlockM.
+    int seqlen_q_rounded;
+    // (batch, nheads, seqlen_q_rounded, head_dim) fp32: dQ accumulated over the KV blocks.
+    float *__restrict__ dq_accum_ptr;
+    // (batch, nheads, seqlen_q_rounded) fp32: D = rowsum(dO * O).
+    float *__restrict__ softmax_d_ptr;
+    // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
+    // deterministic: KV block j adds into a Q block once the count there reaches j. Else null.
+    int *__restrict__ dq_semaphore_ptr;
+};
+
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_(Flash_fwd_params &params, cudaStream_t stream);
+
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_mha_bwd_(Flash_bwd_params &params, cudaStream_t stream);

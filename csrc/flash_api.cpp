@@ -1,4 +1,4 @@
-// The only file that includes torch: checks arguments, fills Flash_fwd_params, allocates the
+// The only file that includes torch: checks arguments, fills the parameter structs, allocates the
 // outputs, picks the kernel, and defines the pybind11 module flash_attn_cuda._C.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -11,6 +11,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "flash.h"
+#include "bwd_tile_config.h"
 #include "fwd_tile_config.h"
 
 namespace {
@@ -58,58 +59,71 @@ std::vector<std::string> built_dtypes() {
     return dtypes;
 }
 
+// The kernel head dim that serves a head dim (flash_attn_func pads to it).
 int kernel_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
 
-#define FLASH_FWD_HDIM_CASE(D)                                                                          \
-    case D:                                                                                             \
-        (causal ? run_mha_fwd_<Element, D, true> : run_mha_fwd_<Element, D, false>)(params, stream); \
+// Calls launch.operator()<Element, kHeadDim>() if the kernels for this dtype and head dim were
+// built; false if they were not.
+template <typename Element, class Launch>
+bool dispatch_head_dim(int head_dim, Launch &&launch) {
+    switch (head_dim) {
+#define FLASH_HDIM_CASE(D)                             \
+    case D:                                            \
+        launch.template operator()<Element, D>(); \
         return true;
-
-// Launches the kernel for this head dim if it was built; false if it was not.
-template <typename Element>
-bool run_fwd_for_dtype(Flash_fwd_params &params, bool causal, cudaStream_t stream) {
-    switch (kernel_head_dim(params.head_dim)) {
 #ifdef FLASH_ATTN_HDIM_32
-        FLASH_FWD_HDIM_CASE(32)
+        FLASH_HDIM_CASE(32)
 #endif
 #ifdef FLASH_ATTN_HDIM_64
-        FLASH_FWD_HDIM_CASE(64)
+        FLASH_HDIM_CASE(64)
 #endif
 #ifdef FLASH_ATTN_HDIM_96
-        FLASH_FWD_HDIM_CASE(96)
+        FLASH_HDIM_CASE(96)
 #endif
 #ifdef FLASH_ATTN_HDIM_128
-        FLASH_FWD_HDIM_CASE(128)
+        FLASH_HDIM_CASE(128)
 #endif
 #ifdef FLASH_ATTN_HDIM_160
-        FLASH_FWD_HDIM_CASE(160)
+        FLASH_HDIM_CASE(160)
 #endif
 #ifdef FLASH_ATTN_HDIM_192
-        FLASH_FWD_HDIM_CASE(192)
+        FLASH_HDIM_CASE(192)
 #endif
 #ifdef FLASH_ATTN_HDIM_224
-        FLASH_FWD_HDIM_CASE(224)
+        FLASH_HDIM_CASE(224)
 #endif
 #ifdef FLASH_ATTN_HDIM_256
-        FLASH_FWD_HDIM_CASE(256)
+        FLASH_HDIM_CASE(256)
 #endif
+#undef FLASH_HDIM_CASE
         default:
             return false;
     }
 }
 
-bool run_fwd(Flash_fwd_params &params, at::ScalarType dtype, bool causal, cudaStream_t stream) {
+template <class Launch>
+bool dispatch(at::ScalarType dtype, int head_dim, Launch &&launch) {
 #ifdef FLASH_ATTN_DTYPE_FP16
     if (dtype == at::kHalf) {
-        return run_fwd_for_dtype<cutlass::half_t>(params, causal, stream);
+        return dispatch_head_dim<cutlass::half_t>(head_dim, launch);
     }
 #endif
 #ifdef FLASH_ATTN_DTYPE_BF16
     if (dtype == at::kBFloat16) {
-        return run_fwd_for_dtype<cutlass::bfloat16_t>(params, causal, stream);
+        return dispatch_head_dim<cutlass::bfloat16_t>(head_dim, launch);
     }
 #endif
     return false;
+}
+
+// After a launch: a clear error for a kernel that was not built, or could not start here.
+void check_launch(bool launched, int head_dim, at::ScalarType dtype, int sm) {
+    TORCH_CHECK(launched, "flash_attn_cuda was built without the kernels for head_dim ", head_dim, " and ", dtype,
+                ": rebuild with FLASH_ATTN_HDIMS and FLASH_ATTN_DTYPES including them");
+    const cudaError_t err = cudaGetLastError();
+    TORCH_CHECK(err != cudaErrorNoKernelImageForDevice, "flash_attn_cuda has no kernel image for sm", sm,
+                ": rebuild with FLASH_ATTN_CUDA_ARCHS including ", sm);
+    C10_CUDA_CHECK(err);
 }
 
 // SASS built for sm_XY runs on sm_XZ with Z >= Y.
@@ -137,48 +151,44 @@ void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q) 
                       name, " must be 16-byte aligned with strides that are multiples of 8 elements");
 }
 
-std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                            std::optional<at::Tensor> out_, double softmax_scale, bool causal) {
+// Shapes and checks shared by the forward and backward entry points.
+struct Problem {
+    int batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, sm;
+};
+
+Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double softmax_scale) {
     TORCH_CHECK_TYPE(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
                      "flash_attn_cuda supports fp16 and bf16, got ", q.scalar_type());
     TORCH_CHECK_VALUE(q.is_cuda(), "q must be a CUDA tensor");
     check_qkv_like(q, "q", q);
     check_qkv_like(k, "k", q);
     check_qkv_like(v, "v", q);
-
-    const int batch = q.size(0), seqlen_q = q.size(1), num_heads = q.size(2), head_dim = q.size(3);
-    const int seqlen_k = k.size(1), num_heads_k = k.size(2);
-    TORCH_CHECK_VALUE(k.size(0) == batch && k.size(3) == head_dim, "k must have shape (", batch,
-                      ", seqlen_k, nheads_k, ", head_dim, "), got ", k.sizes());
+    Problem p{};
+    p.batch = q.size(0);
+    p.seqlen_q = q.size(1);
+    p.num_heads = q.size(2);
+    p.head_dim = q.size(3);
+    p.seqlen_k = k.size(1);
+    p.num_heads_k = k.size(2);
+    TORCH_CHECK_VALUE(k.size(0) == p.batch && k.size(3) == p.head_dim, "k must have shape (", p.batch,
+                      ", seqlen_k, nheads_k, ", p.head_dim, "), got ", k.sizes());
     TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
-    TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 256,
-                      "head_dim must be a multiple of 8 and at most 256 (flash_attn_func pads), got ", head_dim);
-    TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0, "nheads (", num_heads,
-                      ") must be a multiple of nheads_k (", num_heads_k, ")");
-    TORCH_CHECK_VALUE(batch <= 65535 && num_heads <= 65535, "batch and nheads must be at most 65535");
+    TORCH_CHECK_VALUE(p.head_dim % 32 == 0 && p.head_dim > 0 && p.head_dim <= 256,
+                      "head_dim must be one of 32, 64, ..., 256 (flash_attn_func pads to the next one), got ",
+                      p.head_dim);
+    TORCH_CHECK_VALUE(p.num_heads_k > 0 && p.num_heads % p.num_heads_k == 0, "nheads (", p.num_heads,
+                      ") must be a multiple of nheads_k (", p.num_heads_k, ")");
+    TORCH_CHECK_VALUE(p.batch <= 65535 && p.num_heads <= 65535, "batch and nheads must be at most 65535");
     TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive, got ",
                       softmax_scale);
+    const auto *props = at::cuda::getDeviceProperties(q.get_device());
+    p.sm = props->major * 10 + props->minor;
+    check_device_arch(p.sm);
+    return p;
+}
 
-    at::cuda::CUDAGuard device_guard{q.device()};
-    const auto *props = at::cuda::getCurrentDeviceProperties();
-    const int sm = props->major * 10 + props->minor;
-    check_device_arch(sm);
-
-    at::Tensor out;
-    if (out_.has_value()) {
-        out = out_.value();
-        check_qkv_like(out, "out", q);
-        TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(), ", got ",
-                          out.sizes());
-    } else {
-        out = at::empty(q.sizes(), q.options());
-    }
-    at::Tensor softmax_lse = at::empty({batch, num_heads, seqlen_q}, q.options().dtype(at::kFloat));
-    if (batch == 0 || seqlen_q == 0 || num_heads == 0) {
-        return {out, softmax_lse};
-    }
-
-    Flash_fwd_params params{};
+void set_fwd_params(Flash_fwd_params &params, const Problem &p, const at::Tensor &q, const at::Tensor &k,
+                    const at::Tensor &v, const at::Tensor &out, const at::Tensor &softmax_lse, double softmax_scale) {
     params.q_ptr = q.data_ptr();
     params.k_ptr = k.data_ptr();
     params.v_ptr = v.data_ptr();
@@ -196,30 +206,146 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
     params.k_head_stride = k.stride(2);
     params.v_head_stride = v.stride(2);
     params.o_head_stride = out.stride(2);
-    params.batch = batch;
-    params.seqlen_q = seqlen_q;
-    params.seqlen_k = seqlen_k;
-    params.num_heads = num_heads;
-    params.num_heads_k = num_heads_k;
-    params.head_dim = head_dim;
+    params.batch = p.batch;
+    params.seqlen_q = p.seqlen_q;
+    params.seqlen_k = p.seqlen_k;
+    params.num_heads = p.num_heads;
+    params.num_heads_k = p.num_heads_k;
+    params.head_dim = p.head_dim;
     params.softmax_scale = static_cast<float>(softmax_scale);
     params.softmax_scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
-    params.sm = sm;
+    params.sm = p.sm;
+}
 
-    const bool launched = run_fwd(params, q.scalar_type(), causal, at::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(launched, "flash_attn_cuda was built without the kernel for head_dim ", kernel_head_dim(head_dim),
-                " and ", q.scalar_type(), ": rebuild with FLASH_ATTN_HDIMS and FLASH_ATTN_DTYPES including them");
-    const cudaError_t err = cudaGetLastError();
-    TORCH_CHECK(err != cudaErrorNoKernelImageForDevice, "flash_attn_cuda has no kernel image for sm", sm,
-                ": rebuild with FLASH_ATTN_CUDA_ARCHS including ", sm);
-    C10_CUDA_CHECK(err);
+std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                            std::optional<at::Tensor> out_, double softmax_scale, bool causal) {
+    const Problem p = check_problem(q, k, v, softmax_scale);
+    at::cuda::CUDAGuard device_guard{q.device()};
+
+    at::Tensor out;
+    if (out_.has_value()) {
+        out = out_.value();
+        check_qkv_like(out, "out", q);
+        TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(), ", got ",
+                          out.sizes());
+    } else {
+        out = at::empty(q.sizes(), q.options());
+    }
+    at::Tensor softmax_lse = at::empty({p.batch, p.num_heads, p.seqlen_q}, q.options().dtype(at::kFloat));
+    if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
+        return {out, softmax_lse};
+    }
+
+    Flash_fwd_params params{};
+    set_fwd_params(params, p, q, k, v, out, softmax_lse, softmax_scale);
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+    const bool launched = dispatch(q.scalar_type(), p.head_dim, [&]<typename Element, int kHeadDim>() {
+        (causal ? run_mha_fwd_<Element, kHeadDim, true> : run_mha_fwd_<Element, kHeadDim, false>)(params, stream);
+    });
+    check_launch(launched, p.head_dim, q.scalar_type(), p.sm);
     return {out, softmax_lse};
+}
+
+// Returns dq, dk, dv (contiguous, shaped like q, k, v). dk and dv of MQA/GQA are sums over the
+// query heads of each group, computed per query head by the kernel and reduced here.
+std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                            const at::Tensor &out, const at::Tensor &softmax_lse, double softmax_scale, bool causal,
+                            bool deterministic) {
+    const Problem p = check_problem(q, k, v, softmax_scale);
+    check_qkv_like(out, "out", q);
+    check_qkv_like(dout, "dout", q);
+    TORCH_CHECK_VALUE(out.sizes() == q.sizes() && dout.sizes() == q.sizes(),
+                      "out and dout must have the shape of q ", q.sizes(), ", got ", out.sizes(), " and ",
+                      dout.sizes());
+    TORCH_CHECK_VALUE(softmax_lse.scalar_type() == at::kFloat && softmax_lse.device() == q.device() &&
+                          softmax_lse.is_contiguous() &&
+                          softmax_lse.sizes() == at::IntArrayRef({p.batch, p.num_heads, p.seqlen_q}),
+                      "softmax_lse must be a contiguous float32 tensor of shape (", p.batch, ", ", p.num_heads, ", ",
+                      p.seqlen_q, ") on the device of q");
+    at::cuda::CUDAGuard device_guard{q.device()};
+
+    const BwdTileConfig cfg = bwd_tile_config(p.head_dim, causal, p.sm);
+    const int smem_needed = bwd_smem_bytes(cfg, p.head_dim);
+    const auto *props = at::cuda::getDeviceProperties(q.get_device());
+    TORCH_CHECK(static_cast<size_t>(smem_needed) <= props->sharedMemPerBlockOptin,
+                "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,
+                " KB of shared memory per block; this GPU (sm", p.sm, ") allows ", props->sharedMemPerBlockOptin / 1024,
+                " KB");
+
+    at::Tensor dq = at::empty(q.sizes(), q.options());
+    const bool grouped = p.num_heads != p.num_heads_k;
+    at::Tensor dk_expanded = at::empty({p.batch, p.seqlen_k, p.num_heads, p.head_dim}, q.options());
+    at::Tensor dv_expanded = at::empty({p.batch, p.seqlen_k, p.num_heads, p.head_dim}, q.options());
+    auto reduce_groups = [&](const at::Tensor &expanded) {
+        if (!grouped) {
+            return expanded;
+        }
+        return expanded.view({p.batch, p.seqlen_k, p.num_heads_k, p.num_heads / p.num_heads_k, p.head_dim}).sum(3);
+    };
+    if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
+        // No query or no key: every gradient is zero (the empty ones trivially).
+        dq.zero_();
+        dk_expanded.zero_();
+        dv_expanded.zero_();
+        return {dq, reduce_groups(dk_expanded), reduce_groups(dv_expanded)};
+    }
+
+    const int seqlen_q_rounded = (p.seqlen_q + cfg.block_m - 1) / cfg.block_m * cfg.block_m;
+    const auto f32 = q.options().dtype(at::kFloat);
+    at::Tensor dq_accum = at::empty({p.batch, p.num_heads, seqlen_q_rounded, p.head_dim}, f32);
+    at::Tensor softmax_d = at::empty({p.batch, p.num_heads, seqlen_q_rounded}, f32);
+    at::Tensor dq_semaphore;
+    if (deterministic) {
+        dq_semaphore = at::zeros({p.batch, p.num_heads, seqlen_q_rounded / cfg.block_m}, q.options().dtype(at::kInt));
+    }
+
+    Flash_bwd_params params{};
+    set_fwd_params(params, p, q, k, v, out, softmax_lse, softmax_scale);
+    params.do_ptr = dout.data_ptr();
+    params.do_batch_stride = dout.stride(0);
+    params.do_row_stride = dout.stride(1);
+    params.do_head_stride = dout.stride(2);
+    params.dq_ptr = dq.data_ptr();
+    params.dk_ptr = dk_expanded.data_ptr();
+    params.dv_ptr = dv_expanded.data_ptr();
+    params.dq_batch_stride = dq.stride(0);
+    params.dq_row_stride = dq.stride(1);
+    params.dq_head_stride = dq.stride(2);
+    params.dk_batch_stride = dk_expanded.stride(0);
+    params.dk_row_stride = dk_expanded.stride(1);
+    params.dk_head_stride = dk_expanded.stride(2);
+    params.seqlen_q_rounded = seqlen_q_rounded;
+    params.dq_accum_ptr = dq_accum.data_ptr<float>();
+    params.softmax_d_ptr = softmax_d.data_ptr<float>();
+    params.dq_semaphore_ptr = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
+
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+    const bool launched = dispatch(q.scalar_type(), p.head_dim, [&]<typename Element, int kHeadDim>() {
+        (causal ? run_mha_bwd_<Element, kHeadDim, true> : run_mha_bwd_<Element, kHeadDim, false>)(params, stream);
+    });
+    check_launch(launched, p.head_dim, q.scalar_type(), p.sm);
+    return {dq, reduce_groups(dk_expanded), reduce_groups(dv_expanded)};
 }
 
 py::tuple fwd_kernel_config(int head_dim, bool causal, int sm) {
     TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= 256, "head_dim must be in [1, 256], got ", head_dim);
     const FwdTileConfig cfg = fwd_tile_config(kernel_head_dim(head_dim), causal, sm);
     return py::make_tuple(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages);
+}
+
+py::dict bwd_kernel_config(int head_dim, bool causal, int sm) {
+    TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= 256, "head_dim must be in [1, 256], got ", head_dim);
+    const BwdTileConfig cfg = bwd_tile_config(kernel_head_dim(head_dim), causal, sm);
+    py::dict config;
+    config["block_m"] = cfg.block_m;
+    config["block_n"] = cfg.block_n;
+    config["num_warps"] = cfg.num_warps;
+    config["atom_m_sdp"] = cfg.atom_m_sdp;
+    config["atom_m_dkv"] = cfg.atom_m_dkv;
+    config["atom_m_dq"] = cfg.atom_m_dq;
+    config["stages_q_do"] = cfg.stages_q_do;
+    config["smem_bytes"] = bwd_smem_bytes(cfg, kernel_head_dim(head_dim));
+    return config;
 }
 
 py::dict built_config() {
@@ -236,8 +362,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "FlashAttention-2 kernels (CUDA, CuTe)";
     m.def("fwd", &fwd, "FlashAttention-2 forward: returns [out, softmax_lse]", py::arg("q"), py::arg("k"),
           py::arg("v"), py::arg("out") = py::none(), py::arg("softmax_scale"), py::arg("causal"));
+    m.def("bwd", &bwd, "FlashAttention-2 backward: returns [dq, dk, dv]", py::arg("dout"), py::arg("q"),
+          py::arg("k"), py::arg("v"), py::arg("out"), py::arg("softmax_lse"), py::arg("softmax_scale"),
+          py::arg("causal"), py::arg("deterministic"));
     m.def("fwd_kernel_config", &fwd_kernel_config,
-          "(block_m, block_n, num_warps, num_stages) the dispatch table picks", py::arg("head_dim"),
+          "(block_m, block_n, num_warps, num_stages) the forward dispatch table picks", py::arg("head_dim"),
           py::arg("causal"), py::arg("sm"));
+    m.def("bwd_kernel_config", &bwd_kernel_config, "the backward dispatch table's entry, as a dict",
+          py::arg("head_dim"), py::arg("causal"), py::arg("sm"));
     m.def("built_config", &built_config, "archs, head dims and dtypes this build has kernels for");
 }

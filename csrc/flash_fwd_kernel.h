@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
     Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
 
-    typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
+    typename Traits::GmemTiledCopyIn gmem_tiled_copy;
     auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
     Tensor tQgQ = gmem_thr_copy.partition_S(gQ);
     Tensor tQsQ = gmem_thr_copy.partition_D(sQ);
@@ -110,7 +110,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         clear(acc_s);
         cp_async_wait<0>();
         __syncthreads();  // K_j visible to all; everyone is done reading V_{j+1}
-        copy_zfill(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, binfo.seqlen_k - col0, params.head_dim);
+        // Only the last KV block can be partial, and it is one of the masked ones.
+        if constexpr (decltype(masked)::value) {
+            copy_zfill(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, binfo.seqlen_k - col0);
+        } else {
+            copy(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV);
+        }
         cp_async_fence();
 
         // Line 8: S = Q K_j^T.
@@ -122,8 +127,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         cp_async_wait<0>();
         __syncthreads();  // V_j visible to all; everyone is done reading K_j
         if (n_block > 0) {
-            copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK, tKVcKV, binfo.seqlen_k - col0 + kBlockN,
-                       params.head_dim);
+            copy(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK);
             cp_async_fence();
         }
 
@@ -140,9 +144,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     if (n_block_max > 0) {
         int n_block = n_block_max - 1;
         // Line 4, and line 7 for K of the first block.
-        copy_zfill(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, binfo.seqlen_q - row0, params.head_dim);
-        copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, binfo.seqlen_k - n_block * kBlockN,
-                   params.head_dim);
+        copy_zfill(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, binfo.seqlen_q - row0);
+        copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, binfo.seqlen_k - n_block * kBlockN);
         cp_async_fence();
         for (; n_block >= 0 && mask.needed(row0, n_block * kBlockN, kBlockN); --n_block) {
             kv_step(n_block, cute::true_type{});
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     // Lines 14-15. O goes through shared memory (Q's, unread since the last barrier) so that the
     // global stores are 16 bytes wide.
     Tensor rO = convert_type<Element>(acc_o);
-    auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+    auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomAcc{}, tiled_mma);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(tidx);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
 
@@ -176,14 +179,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     }
 
     __syncthreads();
-    typename Traits::GmemTiledCopyO gmem_tiled_copy_o;
+    typename Traits::GmemTiledCopyOut gmem_tiled_copy_o;
     auto gmem_thr_copy_o = gmem_tiled_copy_o.get_thread_slice(tidx);
     Tensor tOsO = gmem_thr_copy_o.partition_S(sO);
     Tensor tOgO = gmem_thr_copy_o.partition_D(gO);
     Tensor tOrO = make_tensor<Element>(shape(tOgO));
     copy(gmem_tiled_copy_o, tOsO, tOrO);
     copy_guarded(gmem_tiled_copy_o, tOrO, tOgO, gmem_thr_copy_o.partition_D(make_identity_tensor(tile_qo)),
-                 binfo.seqlen_q - row0, params.head_dim);
+                 binfo.seqlen_q - row0);
 }
 
 }  // namespace flash

@@ -11,7 +11,7 @@ import sys
 
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 DTYPES = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
-DIRECTIONS = ("fwd",)
+DIRECTIONS = ("fwd", "bwd")
 
 CSRC = pathlib.Path(__file__).resolve().parent
 OUT_DIR = CSRC / "instantiations"

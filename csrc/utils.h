@@ -94,31 +94,28 @@ __device__ void gemm_rs(TiledMma const &tiled_mma, Acc &acc, RegA const &tCrA, R
     }
 }
 
-// Tile copy global -> shared with cp.async; accesses whose (row, col) lies outside
-// [0, max_rows) x [0, max_cols) write zeros instead of reading. coord holds each access's
-// (row, col) in the tile, partitioned like src.
+// Tile copy global -> shared with cp.async; accesses whose row lies at or past max_rows write
+// zeros instead of reading. coord holds each access's (row, col) in the tile, partitioned like src.
 template <class TiledCopy, class Src, class Dst, class Coord>
-__device__ void copy_zfill(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord,
-                           int max_rows, int max_cols) {
+__device__ void copy_zfill(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord, int max_rows) {
     CUTE_UNROLL
     for (int m = 0; m < size<1>(src); ++m) {
+        const bool in_bounds = get<0>(coord(0, m, 0)) < max_rows;
         CUTE_UNROLL
         for (int k = 0; k < size<2>(src); ++k) {
-            const bool in_bounds = get<0>(coord(0, m, k)) < max_rows && get<1>(coord(0, m, k)) < max_cols;
             copy(tiled_copy.with(in_bounds), src(_, m, k), dst(_, m, k));
         }
     }
 }
 
-// Tile copy registers -> global that skips accesses outside [0, max_rows) x [0, max_cols).
+// Tile copy registers -> global that skips the rows at or past max_rows.
 template <class TiledCopy, class Src, class Dst, class Coord>
-__device__ void copy_guarded(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord,
-                             int max_rows, int max_cols) {
+__device__ void copy_guarded(TiledCopy const &tiled_copy, Src const &src, Dst &&dst, Coord const &coord, int max_rows) {
     CUTE_UNROLL
     for (int m = 0; m < size<1>(src); ++m) {
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(src); ++k) {
-            if (get<0>(coord(0, m, k)) < max_rows && get<1>(coord(0, m, k)) < max_cols) {
+        if (get<0>(coord(0, m, 0)) < max_rows) {
+            CUTE_UNROLL
+            for (int k = 0; k < size<2>(src); ++k) {
                 copy(tiled_copy, src(_, m, k), dst(_, m, k));
             }
         }

@@ -13,32 +13,66 @@ _MAX_HEAD_DIM = 256
 
 @torch.library.custom_op("flash_attn_cuda::_flash_attn_forward", mutates_args=())
 def _flash_attn_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, deterministic: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """deterministic is only recorded for the backward pass."""
     q, k, v = (_aligned(t) for t in (q, k, v))
     out, softmax_lse = _extension.load().fwd(q, k, v, None, softmax_scale, causal)
     return out, softmax_lse
 
 
-def _aligned(t):
-    """The kernels move 16 bytes at a time: copy a tensor whose data or strides are not aligned."""
-    if t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
 @_flash_attn_forward.register_fake
-def _(q, k, v, softmax_scale, causal):
+def _(q, k, v, softmax_scale, causal, deterministic):
     batch, seqlen_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_backward", mutates_args=())
+def _flash_attn_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dout, q, k, v, out = (_aligned(t) for t in (dout, q, k, v, out))
+    dq, dk, dv = _extension.load().bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic)
+    return dq, dk, dv
+
+
+@_flash_attn_backward.register_fake
+def _(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _aligned(t):
+    """The kernels move 16 bytes at a time along a contiguous last dim: copy a tensor whose data,
+    strides or last dim do not allow it."""
+    if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def _setup_context(ctx, inputs, output):
-    pass
+    q, k, v, softmax_scale, causal, deterministic = inputs
+    out, softmax_lse = output
+    ctx.save_for_backward(q, k, v, out, softmax_lse)
+    ctx.softmax_scale = softmax_scale
+    ctx.causal = causal
+    ctx.deterministic = deterministic
+    ctx.mark_non_differentiable(softmax_lse)
 
 
-def _backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError("flash_attn_cuda: the backward pass is not implemented yet (issue 3)")
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, softmax_lse = ctx.saved_tensors
+    dq, dk, dv = _flash_attn_backward(
+        dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal, ctx.deterministic
+    )
+    return dq, dk, dv, None, None, None
 
 
 _flash_attn_forward.register_autograd(_backward, setup_context=_setup_context)
@@ -58,8 +92,8 @@ def _check_inputs(q, k, v):
         raise ValueError(f"k must be ({batch}, seqlen_k, nheads_k, {head_dim}), got {tuple(k.shape)}")
     if v.shape != k.shape:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if head_dim > _MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be at most {_MAX_HEAD_DIM}, got {head_dim}")
+    if not 0 < head_dim <= _MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {_MAX_HEAD_DIM}] (at most {_MAX_HEAD_DIM}), got {head_dim}")
     if k.shape[2] == 0 or nheads % k.shape[2] != 0:
         raise ValueError(f"nheads ({nheads}) must be a multiple of nheads_k ({k.shape[2]})")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -103,7 +137,8 @@ def flash_attn_func(
     aligned to the bottom-right corner: query i sees keys j <= i + seqlen_k - seqlen_q.
     Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, None) with
     return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32.
-    deterministic only concerns the backward pass.
+    deterministic=True makes the backward pass accumulate dq in a fixed order (bitwise
+    reproducible, slower); the default adds with atomics. softmax_lse carries no gradient.
     """
     _check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     _check_inputs(q, k, v)
@@ -112,9 +147,12 @@ def flash_attn_func(
         softmax_scale = 1.0 / math.sqrt(head_dim)
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
-    head_dim_padded = (head_dim + 7) // 8 * 8
+    # The kernels exist for head dims 32, 64, ..., 256: pad with zeros (which change neither
+    # q k^T nor the first head_dim columns of the output) and slice the output back.
+    head_dim_padded = (head_dim + 31) // 32 * 32
     if head_dim_padded != head_dim:
         q, k, v = (F.pad(t, (0, head_dim_padded - head_dim)) for t in (q, k, v))
-    out, softmax_lse = _flash_attn_forward(q, k, v, float(softmax_scale), bool(causal))
-    out = out[..., :head_dim]
+    out, softmax_lse = _flash_attn_forward(q, k, v, float(softmax_scale), bool(causal), bool(deterministic))
+    if head_dim_padded != head_dim:
+        out = out[..., :head_dim]
     return (out, softmax_lse, None) if return_attn_probs else out

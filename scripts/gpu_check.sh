@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
 # Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
-# TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="hdim block_m block_n warps;..." (empty: no tuning).
+# TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="hdim block_m block_n warps;..." (empty: no tuning),
+# SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py).
 # Logs go to $OUT (default ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,17 @@ if [ "${TESTS:-1}" = 1 ]; then
     summary+=("tests: $(tail -1 "$OUT/tests.log")")
 fi
 
+if [ "${SANITIZE:-0}" = 1 ]; then
+    for tool in memcheck racecheck; do
+        if compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/sanitize.py > "$OUT/sanitize_$tool.log" 2>&1; then
+            summary+=("sanitize $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)")
+        else
+            failed=1
+            summary+=("sanitize $tool: FAILED ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1))")
+        fi
+    done
+fi
+
 case "${BENCH:-quick}" in
     quick) python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1 ;;
     full)
@@ -54,6 +66,6 @@ esac
 echo "================ summary ================"
 grep -E "FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -20
 [ -f "$OUT/tune/tune_fwd.txt" ] && cat "$OUT/tune/tune_fwd.txt"
-[ -f "$OUT/bench.log" ] && tail -45 "$OUT/bench.log"
+[ -f "$OUT/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$OUT/bench.log"
 printf '%s\n' "${summary[@]}"
 exit $failed

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -28,3 +30,33 @@ def kernel_skip_reason(head_dim, dtype):
 
 
 requires_gpu = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
+
+
+def skip_unbuilt(head_dim, dtype):
+    reason = kernel_skip_reason(head_dim, dtype)
+    if reason:
+        pytest.skip(reason)
+
+
+def poison_allocator():
+    """Fills freed blocks of the caching allocator with NaN bytes (0xff), so that an output
+    element the kernel fails to write reads as NaN instead of a lucky old value."""
+    for nbytes in (2**20 - 4096, 256 * 2**20):
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
+
+
+def random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+    return q, k, v
+
+
+def assert_within_rule(name, value, value_ref, value_pt):
+    """The numerics rule of DESIGN.md: max|x - x_ref| <= 2 max|x_pt - x_ref| + 1e-5, x_ref in float32
+    and x_pt from the standard implementation in the inputs' dtype; NaN fails."""
+    err = (value.float() - value_ref.float()).abs().max().item() if value.numel() else 0.0
+    err_pt = (value_pt.float() - value_ref.float()).abs().max().item() if value.numel() else 0.0
+    assert not math.isnan(err), f"NaN in {name}"
+    assert err <= 2 * err_pt + 1e-5, f"{name}: max error {err} vs standard implementation's {err_pt}"

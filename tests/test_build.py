@@ -23,6 +23,8 @@ def test_kernel_files_select_head_dims_and_dtypes():
     assert files == [
         "csrc/instantiations/flash_fwd_hdim64_bf16_noncausal.cu",
         "csrc/instantiations/flash_fwd_hdim64_bf16_causal.cu",
+        "csrc/instantiations/flash_bwd_hdim64_bf16_noncausal.cu",
+        "csrc/instantiations/flash_bwd_hdim64_bf16_causal.cu",
     ]
     assert all((ROOT / f).exists() for f in generate_kernels.kernel_files())
 
@@ -68,6 +70,24 @@ def test_dispatch_table_entries_are_valid(head_dim, causal, sm):
     smem_bytes = 2 * (block_m + 2 * block_n) * head_dim
     smem_limit = 227 * 1024 if sm >= 90 else 163 * 1024
     assert smem_bytes <= smem_limit
+
+
+@needs_extension
+@pytest.mark.parametrize("head_dim", generate_kernels.HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sm", [80, 90])
+def test_backward_dispatch_table_entries_are_valid(head_dim, causal, sm):
+    cfg = _extension.load().bwd_kernel_config(head_dim, causal, sm)
+    warps = cfg["num_warps"]
+    for atom_m, rows in ((cfg["atom_m_sdp"], cfg["block_m"]), (cfg["atom_m_dkv"], cfg["block_n"]),
+                         (cfg["atom_m_dq"], cfg["block_m"])):
+        assert warps % atom_m == 0 and rows % (16 * atom_m) == 0
+    assert cfg["block_n"] % (16 * (warps // cfg["atom_m_sdp"])) == 0
+    assert head_dim % (16 * (warps // cfg["atom_m_dkv"])) == 0 and head_dim % (16 * (warps // cfg["atom_m_dq"])) == 0
+    assert cfg["stages_q_do"] in (1, 2)
+    elems = 2 * cfg["block_n"] * head_dim + 2 * cfg["stages_q_do"] * cfg["block_m"] * head_dim
+    assert cfg["smem_bytes"] == 2 * (elems + 2 * cfg["block_m"] * cfg["block_n"])
+    assert cfg["smem_bytes"] <= (227 if sm >= 90 else 163) * 1024
 
 
 @needs_extension

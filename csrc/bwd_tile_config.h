@@ -1,0 +1,31 @@
+// The backward dispatch table: tile shape and warp layouts per (kernel head dim, causal, arch).
+// Shared by the launcher (compile time) and flash_api.cpp (the dQ scratch buffers are padded to
+// block_m rows; exposed to Python for tests).
+#pragma once
+
+struct BwdTileConfig {
+    int block_m;       // rows of Q (and dO) per inner iteration (B_r in the paper)
+    int block_n;       // rows of K and V per thread block (B_c in the paper)
+    int num_warps;
+    int atom_m_sdp;    // warps along M for S = Q K^T and dP = dO V^T (the rest along N)
+    int atom_m_dkv;    // warps along M (rows of K) for dK and dV
+    int atom_m_dq;     // warps along M for dQ
+    int stages_q_do;   // shared-memory buffers for Q and dO (2: the next block loads during compute)
+};
+
+// The shared memory each entry needs (K, V, stages x (Q, dO), P, dS; 2-byte elements) fits sm80's
+// 163 KB and sm90's 227 KB; sm86/sm89 (99 KB) get a clear error for d > 64 (flash_api.cpp).
+// Numbers behind each entry: benchmarks/NOTES.md.
+constexpr BwdTileConfig bwd_tile_config(int head_dim, bool causal, int sm) {
+    (void)causal;
+    (void)sm;
+    if (head_dim <= 128) {
+        return {64, 128, 8, 2, 4, 4, 2};
+    }
+    return {64, 64, 8, 2, 4, 4, 1};
+}
+
+constexpr int bwd_smem_bytes(const BwdTileConfig &cfg, int head_dim) {
+    return 2 * (2 * cfg.block_n * head_dim + 2 * cfg.stages_q_do * cfg.block_m * head_dim +
+                2 * cfg.block_m * cfg.block_n);
+}

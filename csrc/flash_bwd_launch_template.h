@@ -1,0 +1,62 @@
+// Launches the backward pass (preprocess, main kernel, postprocess) with the tile shape the
+// dispatch table picks for (head dim, arch).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "bwd_tile_config.h"
+#include "flash.h"
+#include "flash_bwd_kernel.h"
+#include "flash_bwd_postprocess_kernel.h"
+#include "flash_bwd_preprocess_kernel.h"
+#include "kernel_traits.h"
+
+template <typename Element, int kHeadDim, bool kIsCausal, int kSm>
+struct BwdTraitsFor {
+    static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim, kIsCausal, kSm);
+    using type = BwdKernelTraits<kHeadDim, kCfg.block_m, kCfg.block_n, kCfg.num_warps, kCfg.atom_m_sdp,
+                                 kCfg.atom_m_dkv, kCfg.atom_m_dq, kCfg.stages_q_do, Element>;
+    static_assert(type::kSmemSize == bwd_smem_bytes(kCfg, kHeadDim));
+};
+
+// Errors (a kernel image missing for this GPU, too much shared memory) are left in
+// cudaGetLastError() for the caller to report; nothing after a failed launch is started.
+template <typename Traits, bool kIsCausal>
+void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
+    using Element = typename Traits::Element;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kRowsPerBlock = flash::RowChunks<Element, kHeadDim>::kRowsPerBlock;
+    const dim3 grid_pre(cute::ceil_div(params.seqlen_q_rounded, kRowsPerBlock), params.batch, params.num_heads);
+    flash::flash_bwd_preprocess_kernel<Element, kHeadDim><<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
+    if (cudaPeekAtLastError() != cudaSuccess) {
+        return;
+    }
+
+    const dim3 grid(cute::ceil_div(params.seqlen_k, Traits::kBlockN), params.batch, params.num_heads);
+    constexpr int kSmemSize = Traits::kSmemSize;
+    auto kernel = &flash::flash_bwd_kernel<Traits, kIsCausal>;
+    if (kSmemSize >= 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemSize) != cudaSuccess) {
+        return;
+    }
+    kernel<<<grid, Traits::kNThreads, kSmemSize, stream>>>(params);
+    if (cudaPeekAtLastError() != cudaSuccess) {
+        return;
+    }
+
+    const dim3 grid_post(cute::ceil_div(params.seqlen_q, kRowsPerBlock), params.batch, params.num_heads);
+    flash::flash_bwd_postprocess_kernel<Element, kHeadDim><<<grid_post, flash::kRowKernelThreads, 0, stream>>>(params);
+}
+
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_mha_bwd_(Flash_bwd_params &params, cudaStream_t stream) {
+    using Sm80Traits = typename BwdTraitsFor<Element, kHeadDim, kIsCausal, 80>::type;
+    using Sm90Traits = typename BwdTraitsFor<Element, kHeadDim, kIsCausal, 90>::type;
+    if constexpr (std::is_same_v<Sm80Traits, Sm90Traits>) {
+        launch_bwd<Sm80Traits, kIsCausal>(params, stream);
+    } else if (params.sm >= 90) {
+        launch_bwd<Sm90Traits, kIsCausal>(params, stream);
+    } else {
+        launch_bwd<Sm80Traits, kIsCausal>(params, stream);
+    }
+}

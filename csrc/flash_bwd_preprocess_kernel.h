@@ -1,0 +1,63 @@
+// Algorithm 2 lines 3-4, before the main backward kernel: D = rowsum(dO o O) in fp32 and a
+// zeroed fp32 dQ accumulator, for the rows [0, seqlen_q_rounded) of each (batch, head).
+#pragma once
+
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+#include "flash.h"
+
+namespace flash {
+
+// Pre- and postprocess kernels: each thread handles 16 bytes of a row.
+constexpr int kRowKernelThreads = 256;
+
+template <typename Element, int kHeadDim>
+struct RowChunks {
+    static constexpr int kElems = 16 / sizeof(Element);
+    static constexpr int kThreadsPerRow = kHeadDim / kElems;
+    static_assert(32 % kThreadsPerRow == 0, "the threads of a row stay within one warp");
+    static constexpr int kRowsPerBlock = kRowKernelThreads / kThreadsPerRow;
+    using Vec = cutlass::AlignedArray<Element, kElems, 16>;
+    using FloatVec = cutlass::AlignedArray<float, kElems, 16>;
+};
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
+    using Chunks = RowChunks<Element, kHeadDim>;
+    const int row = blockIdx.x * Chunks::kRowsPerBlock + threadIdx.x / Chunks::kThreadsPerRow;
+    const int col = threadIdx.x % Chunks::kThreadsPerRow * Chunks::kElems;
+    const int bidb = blockIdx.y;
+    const int bidh = blockIdx.z;
+
+    float dot = 0.f;
+    if (row < params.seqlen_q) {
+        const auto &o = *reinterpret_cast<const typename Chunks::Vec *>(
+            reinterpret_cast<const Element *>(params.o_ptr) + bidb * params.o_batch_stride + row * params.o_row_stride +
+            bidh * params.o_head_stride + col);
+        const auto &d_o = *reinterpret_cast<const typename Chunks::Vec *>(
+            reinterpret_cast<const Element *>(params.do_ptr) + bidb * params.do_batch_stride +
+            row * params.do_row_stride + bidh * params.do_head_stride + col);
+        cutlass::NumericArrayConverter<float, Element, Chunks::kElems> to_float;
+        const auto o_f = to_float(o);
+        const auto do_f = to_float(d_o);
+        for (int i = 0; i < Chunks::kElems; ++i) {
+            dot += o_f[i] * do_f[i];
+        }
+    }
+    for (int offset = Chunks::kThreadsPerRow / 2; offset > 0; offset /= 2) {
+        dot += __shfl_xor_sync(0xffffffff, dot, offset);
+    }
+    if (row < params.seqlen_q_rounded) {
+        const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;
+        if (col == 0) {
+            params.softmax_d_ptr[accum_row] = dot;
+        }
+        float4 *dq = reinterpret_cast<float4 *>(params.dq_accum_ptr + accum_row * kHeadDim + col);
+        for (int i = 0; i < Chunks::kElems / 4; ++i) {
+            dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+}
+
+}  // namespace flash

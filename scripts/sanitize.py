@@ -1,0 +1,21 @@
+"""A few small forward and backward calls with odd shapes, for compute-sanitizer:
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize.py
+Every kernel runs: forward, backward preprocess, main and postprocess, deterministic or not."""
+
+import torch
+
+from flash_attn_cuda import _extension, flash_attn_func
+
+built = _extension.load().built_config()
+dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
+for head_dim in sorted({min(built["head_dims"]) - 5, max(built["head_dims"])}):
+    for causal in (False, True):
+        for seqlen_q, seqlen_k in ((113, 203), (203, 113), (1, 77)):
+            q = torch.randn(2, seqlen_q, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(2, seqlen_k, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn_like(k, requires_grad=True)
+            out = flash_attn_func(q, k, v, causal=causal, deterministic=seqlen_q > seqlen_k)
+            out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            print(f"d={head_dim} causal={causal} seqlen_q={seqlen_q} seqlen_k={seqlen_k}: ok")

@@ -1,0 +1,202 @@
+"""The backward pass (dq, dk, dv) against the float32 reference, under the numerics rule of
+DESIGN.md; determinism, races, autograd and torch.compile (GPU)."""
+
+import pytest
+import torch
+
+from conftest import assert_within_rule, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from flash_attn_cuda import flash_attn_func
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+DTYPES = [torch.float16, torch.bfloat16]
+HEAD_DIMS = [32, 40, 64, 96, 111, 128, 160, 192, 224, 256]
+SEQLENS = [(1, 1), (1, 113), (113, 203), (203, 113), (256, 256), (1000, 1000), (2049, 1000), (128, 2049)]
+
+
+def reference_grads(q, k, v, dout, causal, softmax_scale=None):
+    """((dq, dk, dv) in float32 from the same low-precision inputs, (dq, dk, dv) of the standard
+    implementation in the inputs' dtype)."""
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    out_ref, _ = attention_ref(q32, k32, v32, causal=causal, softmax_scale=softmax_scale)
+    grads_ref = torch.autograd.grad(out_ref, (q32, k32, v32), dout.float())
+    q_lp, k_lp, v_lp = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out_pt, _ = attention_ref(q_lp, k_lp, v_lp, causal=causal, softmax_scale=softmax_scale, upcast=False)
+    grads_pt = torch.autograd.grad(out_pt, (q_lp, k_lp, v_lp), dout)
+    return grads_ref, grads_pt
+
+
+def flash_grads(q, k, v, dout, causal, **kwargs):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = flash_attn_func(q, k, v, causal=causal, **kwargs)
+    return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def assert_grads_within_rule(grads, q, k, v, dout, causal, softmax_scale=None):
+    grads_ref, grads_pt = reference_grads(q, k, v, dout, causal, softmax_scale)
+    for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt):
+        assert g.shape == g_ref.shape and g.dtype == q.dtype, name
+        assert_within_rule(name, g, g_ref, g_pt)
+
+
+def random_dout(q, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+def test_backward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k):
+    skip_unbuilt(head_dim, dtype)
+    seed = seqlen_q * 3 + seqlen_k + head_dim
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 3, 3, head_dim, dtype, seed=seed)
+    dout = random_dout(q, seed + 1)
+    poison_allocator()
+    grads = flash_grads(q, k, v, dout, causal)
+    assert_grads_within_rule(grads, q, k, v, dout, causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("nheads_k", [2, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_gqa_mqa(dtype, head_dim, nheads_k, causal):
+    """dk, dv of a K/V head are the sums over the query heads that share it."""
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 300, 517, 8, nheads_k, head_dim, dtype, seed=nheads_k)
+    dout = random_dout(q, 7)
+    grads = flash_grads(q, k, v, dout, causal)
+    assert grads[1].shape == k.shape and grads[2].shape == v.shape
+    assert_grads_within_rule(grads, q, k, v, dout, causal)
+
+
+def test_backward_softmax_scale_and_non_contiguous_inputs():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    qkv = torch.randn(2, 333, 3, 4, head_dim, device="cuda", dtype=dtype, generator=gen)
+    q, k, v = qkv.unbind(2)
+    dout = random_dout(q, 13).transpose(1, 2).contiguous().transpose(1, 2)
+    assert not (q.is_contiguous() or dout.is_contiguous())
+    grads = flash_grads(q, k, v, dout, causal=True, softmax_scale=0.3)
+    assert_grads_within_rule(grads, q, k, v, dout, causal=True, softmax_scale=0.3)
+
+
+def test_backward_of_a_scalar_loss():
+    """out.sum().backward() hands the kernel a dout of zero strides."""
+    dtype, head_dim = torch.float16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 190, 190, 2, 2, head_dim, dtype, seed=14))
+    flash_attn_func(q, k, v, causal=True).sum().backward()
+    grads_ref, grads_pt = reference_grads(q, k, v, torch.ones_like(q), causal=True)
+    for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), grads_ref, grads_pt):
+        assert_within_rule(name, g, g_ref, g_pt)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_deterministic_is_bitwise_reproducible(causal, head_dim):
+    """Many KV blocks add into each dq block; deterministic=True fixes their order."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 1500, 2100, 4, 2, head_dim, dtype, seed=15)
+    dout = random_dout(q, 16)
+    first = flash_grads(q, k, v, dout, causal, deterministic=True)
+    for _ in range(5):
+        again = flash_grads(q, k, v, dout, causal, deterministic=True)
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), f"{name} changed between deterministic runs"
+    assert_grads_within_rule(first, q, k, v, dout, causal)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_repeated_backward_has_no_moving_error(head_dim):
+    """A race shows as an error that moves between runs of the same inputs. dk and dv are summed
+    inside one thread block, so they must not move at all; dq may move by the rounding of its
+    atomic adds only."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 1111, 1111, 4, 4, head_dim, dtype, seed=17)
+    dout = random_dout(q, 18)
+    grads_ref, grads_pt = reference_grads(q, k, v, dout, causal=True)
+    first = flash_grads(q, k, v, dout, causal=True)
+    for _ in range(20):
+        grads = flash_grads(q, k, v, dout, causal=True)
+        assert torch.equal(grads[1], first[1]) and torch.equal(grads[2], first[2])
+        for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt):
+            assert_within_rule(name, g, g_ref, g_pt)
+
+
+def test_empty_keys_give_zero_output_and_gradients():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 17, 0, 2, 2, head_dim, dtype, seed=19))
+    out = flash_attn_func(q, k, v)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.backward(random_dout(q, 20))
+    assert torch.equal(q.grad, torch.zeros_like(q)) and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_causal_rows_without_keys_get_zero_gradients():
+    """seqlen_q > seqlen_k, causal: the first seqlen_q - seqlen_k queries see no key."""
+    dtype, head_dim = torch.float16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 300, 100, 2, 2, head_dim, dtype, seed=21)
+    dout = random_dout(q, 22)
+    grads = flash_grads(q, k, v, dout, causal=True)
+    assert torch.equal(grads[0][:, :200], torch.zeros_like(grads[0][:, :200]))
+    assert_grads_within_rule(grads, q, k, v, dout, causal=True)
+
+
+def test_saved_tensors_are_inputs_output_and_lse_only():
+    """No seqlen^2 buffer is kept for the backward pass."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 300, 400, 4, 2, head_dim, dtype, seed=23))
+    saved = []
+
+    def pack(t):
+        saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        flash_attn_func(q, k, v, causal=True)
+    assert sorted(saved) == sorted([q.shape, k.shape, v.shape, q.shape, (2, 4, 300)])
+
+
+def test_backward_memory_is_linear_in_seqlen():
+    """Beyond the gradients, the backward allocates O(seqlen * d): the fp32 dq accumulator and D."""
+    dtype, head_dim = torch.bfloat16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 8192, 8192, 16, 16, head_dim, dtype, seed=24))
+    out = flash_attn_func(q, k, v)
+    dout = random_dout(q, 25)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out.backward(dout)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    grads = 3 * q.numel() * q.element_size()
+    scratch = q.numel() * 4 + 16 * 8192 * 4
+    assert extra <= grads + scratch + 8 * 2**20, f"backward allocated {extra} bytes beyond {grads + scratch}"
+
+
+def test_torch_compile_fullgraph_training_step():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 129, 129, 4, 2, head_dim, dtype, seed=26)
+
+    def loss_fn(q, k, v):
+        return flash_attn_func(q, k, v, causal=True, deterministic=True).float().square().sum()
+
+    compiled = torch.compile(loss_fn, fullgraph=True)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    compiled(*leaves).backward()
+    eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    loss_fn(*eager).backward()
+    for a, b in zip(leaves, eager):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
