@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
 # Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
-# TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="hdim block_m block_n warps;..." (empty: no tuning),
+# TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py).
 # Logs go to $OUT (default ./gpu_out).
 set -uo pipefail
@@ -36,8 +36,8 @@ fi
 
 if [ -n "${TUNE:-}" ]; then
     IFS=';' read -ra candidates <<< "$TUNE"
-    benchmarks/tune/tune_fwd.sh "$OUT/tune" "${candidates[@]}" > "$OUT/tune.log" 2>&1 || failed=1
-    summary+=("tune: $(wc -l < "$OUT/tune/tune_fwd.txt" 2>/dev/null || echo 0) rows in tune/tune_fwd.txt")
+    benchmarks/tune/tune.sh "$OUT/tune" "${candidates[@]}" > "$OUT/tune.log" 2>&1 || failed=1
+    summary+=("tune: $(wc -l < "$OUT/tune/tune.txt" 2>/dev/null || echo 0) rows in tune/tune.txt")
 fi
 
 if [ "${TESTS:-1}" = 1 ]; then
@@ -65,7 +65,7 @@ esac
 
 echo "================ summary ================"
 grep -E "FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -20
-[ -f "$OUT/tune/tune_fwd.txt" ] && cat "$OUT/tune/tune_fwd.txt"
+[ -f "$OUT/tune/tune.txt" ] && cat "$OUT/tune/tune.txt"
 [ -f "$OUT/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$OUT/bench.log"
 printf '%s\n' "${summary[@]}"
 exit $failed

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds one timing binary per candidate (in parallel), then runs each in turn. A candidate is
+# "DIRECTION KEY=VALUE ... [src=DIR]": DIRECTION picks benchmarks/tune/tune_DIRECTION.cu, each
+# KEY=VALUE becomes -DTUNE_KEY=VALUE, and src=DIR times the kernel sources in DIR instead of csrc/
+# (to compare a variant of the kernel with the current one in the same run).
+# Usage: benchmarks/tune/tune.sh OUTDIR "fwd HDIM=128 BLOCK_M=128 BLOCK_N=64 WARPS=4" ...
+set -euo pipefail
+out=$1; shift
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cutlass_inc=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
+nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+bin=$(mktemp -d)
+mkdir -p "$out"
+name() { echo "tune_$(echo "$*" | tr -c 'a-zA-Z0-9\n' '_')"; }
+build() {
+    local direction csrc=$root/csrc defines=() n
+    read -ra words <<< "$1"
+    direction=${words[0]}
+    for word in "${words[@]:1}"; do
+        case $word in
+            src=*) csrc=${word#src=} ;;
+            *) defines+=("-DTUNE_$word") ;;
+        esac
+    done
+    n=$(name "$1")
+    "$nvcc" -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -gencode=arch=compute_90,code=sm_90 -Xptxas -v \
+        -I"$csrc" -I"$cutlass_inc" "${defines[@]}" "$here/tune_$direction.cu" -o "$bin/$n" > "$bin/$n.build.log" 2>&1 ||
+        { cat "$bin/$n.build.log"; return 1; }
+}
+export -f build name; export nvcc here root cutlass_inc bin
+printf '%s\n' "$@" | xargs -P "${MAX_JOBS:-16}" -I{} bash -c 'build "{}"'
+for cfg in "$@"; do
+    n=$(name "$cfg")
+    spills=$(grep -o '[0-9]* bytes spill stores' "$bin/$n.build.log" | sort -n | tail -1)
+    "$bin/$n" | sed "s|\$| [$cfg] spill=${spills%% *}|"
+done | tee "$out/tune.txt"
