@@ -122,6 +122,12 @@ def print_table(rows):
         print(f"{direction:7} {dtype:5} {hdim:4d} {str(causal):6} {seqlen:6d} {ours or 0:7.1f} {cells}  {ratios}")
 
 
+def save(rows, meta):
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "attn_h100.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / "attn_h100_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
 def metadata():
     """Date, GPU, torch and commit (FLASH_ATTN_COMMIT, for a tree copied without .git)."""
     commit = os.environ.get("FLASH_ATTN_COMMIT")
@@ -161,6 +167,8 @@ def main():
                                                     args.skip_math_above)
                             if row:
                                 rows.append(row)
+                                if args.json:  # after every row, so that a run cut short keeps what it measured
+                                    save(rows, meta)
                             else:
                                 print(f"  {direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}: {why}")
     if args.memory:
@@ -169,9 +177,7 @@ def main():
         for m in meta["peak_memory"]:
             print("peak memory:", m)
     if args.json:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "attn_h100.json").write_text(json.dumps(rows, indent=1) + "\n")
-        (RESULTS / "attn_h100_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        save(rows, meta)
     print_table(rows)
 
 

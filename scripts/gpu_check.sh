@@ -2,7 +2,8 @@
 # The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
 # Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
 # TESTS=1|0, PYTEST_ARGS, BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
-# SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py).
+# SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
+# (seconds allowed to the tests and to the benchmark each, default 1800).
 # Logs go to $OUT (default ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ if [ -n "${TUNE:-}" ]; then
 fi
 
 if [ "${TESTS:-1}" = 1 ]; then
-    python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1 || failed=1
+    timeout "${STEP_TIMEOUT:-1800}" python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1 || failed=1
     summary+=("tests: $(tail -1 "$OUT/tests.log")")
 fi
 
@@ -57,9 +58,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 
 case "${BENCH:-quick}" in
-    quick) python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1 ;;
+    quick) timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1 ;;
     full)
-        python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1
+        timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1
         cp benchmarks/results/attn_h100*.json "$OUT/" 2>/dev/null ;;
 esac
 
