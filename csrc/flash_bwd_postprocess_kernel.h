@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_postprocess_kerne
     const int col = threadIdx.x % Chunks::kThreadsPerRow * Chunks::kElems;
     const int bidb = blockIdx.y;
     const int bidh = blockIdx.z;
-    if (row >= params.seqlen_q) {
+    if (row >= params.seqlen_q || col >= kHeadDim) {
         return;
     }
     const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;

@@ -12,11 +12,14 @@ namespace flash {
 // Pre- and postprocess kernels: each thread handles 16 bytes of a row.
 constexpr int kRowKernelThreads = 256;
 
+// A row of kHeadDim elements in kChunks chunks of 16 bytes, one per thread; the threads of a row
+// are a power of two (the last ones idle when kChunks is not) so that a row stays in one warp.
 template <typename Element, int kHeadDim>
 struct RowChunks {
     static constexpr int kElems = 16 / sizeof(Element);
-    static constexpr int kThreadsPerRow = kHeadDim / kElems;
-    static_assert(32 % kThreadsPerRow == 0, "the threads of a row stay within one warp");
+    static constexpr int kChunks = kHeadDim / kElems;
+    static constexpr int kThreadsPerRow = kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+    static_assert(kChunks <= 32);
     static constexpr int kRowsPerBlock = kRowKernelThreads / kThreadsPerRow;
     using Vec = cutlass::AlignedArray<Element, kElems, 16>;
     using FloatVec = cutlass::AlignedArray<float, kElems, 16>;
@@ -30,8 +33,9 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel
     const int bidb = blockIdx.y;
     const int bidh = blockIdx.z;
 
+    const bool active = col < kHeadDim;
     float dot = 0.f;
-    if (row < params.seqlen_q) {
+    if (active && row < params.seqlen_q) {
         const auto &o = *reinterpret_cast<const typename Chunks::Vec *>(
             reinterpret_cast<const Element *>(params.o_ptr) + bidb * params.o_batch_stride + row * params.o_row_stride +
             bidh * params.o_head_stride + col);
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel
     for (int offset = Chunks::kThreadsPerRow / 2; offset > 0; offset /= 2) {
         dot += __shfl_xor_sync(0xffffffff, dot, offset);
     }
-    if (row < params.seqlen_q_rounded) {
+    if (active && row < params.seqlen_q_rounded) {
         const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;
         if (col == 0) {
             params.softmax_d_ptr[accum_row] = dot;
