@@ -58,28 +58,28 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     // Algorithm 2 lines 1-3: the blocks of Q, dO (over i), K_j, V_j, dK_j, dV_j and dQ (fp32).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-    auto gmem_rows = [&](void *ptr, int64_t batch_stride, int64_t head_stride, int head, int seqlen, int64_t row_stride) {
-        Element *base = reinterpret_cast<Element *>(ptr) + binfo.offset(batch_stride, bidb) + head * head_stride;
-        return make_tensor(make_gmem_ptr(base), make_shape(seqlen, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
+    auto rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int head, int seqlen) {
+        return binfo.rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, head, seqlen);
     };
     // (kBlockM, kHeadDim, m_blocks)
-    Tensor gQ = local_tile(gmem_rows(params.q_ptr, params.q_batch_stride, params.q_head_stride, bidh, binfo.seqlen_q,
-                                     params.q_row_stride),
+    Tensor gQ = local_tile(rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride, bidh,
+                                binfo.seqlen_q),
                            tile_qo, make_coord(_, 0));
-    Tensor gdO = local_tile(gmem_rows(params.do_ptr, params.do_batch_stride, params.do_head_stride, bidh,
-                                      binfo.seqlen_q, params.do_row_stride),
+    Tensor gdO = local_tile(rows(params.do_ptr, params.do_batch_stride, params.do_row_stride, params.do_head_stride,
+                                 bidh, binfo.seqlen_q),
                             tile_qo, make_coord(_, 0));
-    Tensor gK = local_tile(gmem_rows(params.k_ptr, params.k_batch_stride, params.k_head_stride, bidh_k,
-                                     binfo.seqlen_k, params.k_row_stride),
+    // (kBlockN, kHeadDim): K_j, V_j of this block's K/V head; dK_j, dV_j of its query head.
+    Tensor gK = local_tile(rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride, bidh_k,
+                                binfo.seqlen_k),
                            tile_kv, make_coord(n_block, 0));
-    Tensor gV = local_tile(gmem_rows(params.v_ptr, params.v_batch_stride, params.v_head_stride, bidh_k,
-                                     binfo.seqlen_k, params.v_row_stride),
+    Tensor gV = local_tile(rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride, bidh_k,
+                                binfo.seqlen_k),
                            tile_kv, make_coord(n_block, 0));
-    Tensor gdK = local_tile(gmem_rows(params.dk_ptr, params.dk_batch_stride, params.dk_head_stride, bidh,
-                                      binfo.seqlen_k, params.dk_row_stride),
+    Tensor gdK = local_tile(rows(params.dk_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride,
+                                 bidh, binfo.seqlen_k),
                             tile_kv, make_coord(n_block, 0));
-    Tensor gdV = local_tile(gmem_rows(params.dv_ptr, params.dk_batch_stride, params.dk_head_stride, bidh,
-                                      binfo.seqlen_k, params.dk_row_stride),
+    Tensor gdV = local_tile(rows(params.dv_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride,
+                                 bidh, binfo.seqlen_k),
                             tile_kv, make_coord(n_block, 0));
     const int64_t row_offset_accum = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded;
     Tensor gdQaccum = local_tile(make_tensor(make_gmem_ptr(params.dq_accum_ptr + row_offset_accum * kHeadDim),

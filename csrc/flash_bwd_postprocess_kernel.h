@@ -13,13 +13,13 @@ namespace flash {
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_postprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
     using Chunks = RowChunks<Element, kHeadDim>;
-    const int row = blockIdx.x * Chunks::kRowsPerBlock + threadIdx.x / Chunks::kThreadsPerRow;
-    const int col = threadIdx.x % Chunks::kThreadsPerRow * Chunks::kElems;
-    const int bidb = blockIdx.y;
-    const int bidh = blockIdx.z;
+    const int row = Chunks::row();
+    const int col = Chunks::col();
     if (row >= params.seqlen_q || col >= kHeadDim) {
         return;
     }
+    const int bidb = blockIdx.y;
+    const int bidh = blockIdx.z;
     const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;
     typename Chunks::FloatVec acc = *reinterpret_cast<const typename Chunks::FloatVec *>(
         params.dq_accum_ptr + accum_row * kHeadDim + col);

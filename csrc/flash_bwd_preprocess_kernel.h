@@ -23,13 +23,17 @@ struct RowChunks {
     static constexpr int kRowsPerBlock = kRowKernelThreads / kThreadsPerRow;
     using Vec = cutlass::AlignedArray<Element, kElems, 16>;
     using FloatVec = cutlass::AlignedArray<float, kElems, 16>;
+
+    // This thread's row of the (batch, head) and first column (kHeadDim and past: idle).
+    __device__ static int row() { return blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow; }
+    __device__ static int col() { return threadIdx.x % kThreadsPerRow * kElems; }
 };
 
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
     using Chunks = RowChunks<Element, kHeadDim>;
-    const int row = blockIdx.x * Chunks::kRowsPerBlock + threadIdx.x / Chunks::kThreadsPerRow;
-    const int col = threadIdx.x % Chunks::kThreadsPerRow * Chunks::kElems;
+    const int row = Chunks::row();
+    const int col = Chunks::col();
     const int bidb = blockIdx.y;
     const int bidh = blockIdx.z;
 

@@ -48,22 +48,21 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-    auto gmem_rows = [&](void *ptr, int64_t batch_stride, int64_t head_stride, int head, int seqlen, int64_t row_stride) {
-        Element *base = reinterpret_cast<Element *>(ptr) + binfo.offset(batch_stride, bidb) + head * head_stride;
-        return make_tensor(make_gmem_ptr(base), make_shape(seqlen, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
+    auto rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int head, int seqlen) {
+        return binfo.rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, head, seqlen);
     };
-    Tensor gQ = local_tile(gmem_rows(params.q_ptr, params.q_batch_stride, params.q_head_stride, bidh, binfo.seqlen_q,
-                                     params.q_row_stride),
+    Tensor gQ = local_tile(rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride, bidh,
+                                binfo.seqlen_q),
                            tile_qo, make_coord(m_block, 0));
-    Tensor gO = local_tile(gmem_rows(params.o_ptr, params.o_batch_stride, params.o_head_stride, bidh, binfo.seqlen_q,
-                                     params.o_row_stride),
+    Tensor gO = local_tile(rows(params.o_ptr, params.o_batch_stride, params.o_row_stride, params.o_head_stride, bidh,
+                                binfo.seqlen_q),
                            tile_qo, make_coord(m_block, 0));
     // (kBlockN, kHeadDim, n_blocks)
-    Tensor gK = local_tile(gmem_rows(params.k_ptr, params.k_batch_stride, params.k_head_stride, bidh_k,
-                                     binfo.seqlen_k, params.k_row_stride),
+    Tensor gK = local_tile(rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride, bidh_k,
+                                binfo.seqlen_k),
                            tile_kv, make_coord(_, 0));
-    Tensor gV = local_tile(gmem_rows(params.v_ptr, params.v_batch_stride, params.v_head_stride, bidh_k,
-                                     binfo.seqlen_k, params.v_row_stride),
+    Tensor gV = local_tile(rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride, bidh_k,
+                                binfo.seqlen_k),
                            tile_kv, make_coord(_, 0));
 
     Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element *>(smem)), typename Traits::SmemLayoutQ{});

@@ -75,7 +75,6 @@ struct FwdKernelTraits : KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_> {
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kNWarps = kNWarps_;
-    static constexpr int kNThreads = kNWarps * 32;
     static_assert(kBlockN % 16 == 0);
     static_assert(kBlockM % (16 * kNWarps) == 0, "each warp owns whole 16-row MMA tiles of Q");
 
@@ -110,7 +109,6 @@ struct BwdKernelTraits : KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_> {
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kNWarps = kNWarps_;
-    static constexpr int kNThreads = kNWarps * 32;
     // Shared-memory buffers for Q and dO: 2 overlaps the load of the next Q/dO block with compute.
     static constexpr int kStagesQdO = kStagesQdO_;
     static_assert(kStagesQdO == 1 || kStagesQdO == 2);
