@@ -156,3 +156,45 @@ def flash_attn_func(
     if head_dim_padded != head_dim:
         out = out[..., :head_dim]
     return (out, softmax_lse, None) if return_attn_probs else out
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func on qkv (batch, seqlen, 3, nheads, head_dim): q, k, v are strided views of
+    it (the kernels read them in place); the gradient arrives as one (batch, seqlen, 3, nheads,
+    head_dim) tensor."""
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv must be (batch, seqlen, 3, nheads, head_dim), got shape {tuple(qkv.shape)}")
+    q, k, v = qkv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func on q (batch, seqlen_q, nheads, head_dim) and kv (batch, seqlen_k, 2,
+    nheads_k, head_dim), k and v being strided views of kv."""
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError(f"kv must be (batch, seqlen_k, 2, nheads_k, head_dim), got shape {tuple(kv.shape)}")
+    k, v = kv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)

@@ -1,0 +1,77 @@
+"""Padding helpers for the variable-length entry points, with flash-attn 2.x's names and semantics:
+unpad_input turns a padded (batch, seqlen, ...) tensor and its mask into packed tokens plus the
+cu_seqlens the varlen functions take; pad_input scatters packed tokens back.
+
+Gathers and scatters along the first axis are autograd Functions whose backward is the matching
+scatter or gather of the same unique indices (no accumulation, so no atomics)."""
+
+import torch
+import torch.nn.functional as F
+
+
+class _IndexFirstAxis(torch.autograd.Function):
+    """input[indices] along the first axis."""
+
+    @staticmethod
+    def forward(ctx, input, indices):
+        ctx.save_for_backward(indices)
+        ctx.first_axis_dim = input.shape[0]
+        return input.index_select(0, indices)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (indices,) = ctx.saved_tensors
+        grad_input = grad_output.new_zeros((ctx.first_axis_dim, *grad_output.shape[1:]))
+        grad_input.index_copy_(0, indices, grad_output)
+        return grad_input, None
+
+
+class _IndexPutFirstAxis(torch.autograd.Function):
+    """A zero tensor of first_axis_dim rows with values at the rows indices."""
+
+    @staticmethod
+    def forward(ctx, values, indices, first_axis_dim):
+        ctx.save_for_backward(indices)
+        output = values.new_zeros((first_axis_dim, *values.shape[1:]))
+        output.index_copy_(0, indices, values)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (indices,) = ctx.saved_tensors
+        return grad_output.index_select(0, indices), None, None
+
+
+def index_first_axis(input, indices):
+    """input[indices] for a 1-D int64 tensor of unique indices into input's first axis."""
+    return _IndexFirstAxis.apply(input, indices)
+
+
+def unpad_input(hidden_states, attention_mask, unused_mask=None):
+    """hidden_states (batch, seqlen, ...); attention_mask (batch, seqlen), bool or int, nonzero
+    where a token is valid; unused_mask (batch, seqlen), nonzero where a token is allocated but
+    unused (it is kept in the output, and counted by cu_seqlens but not by seqused).
+
+    Returns (hidden_states (total_nnz, ...), indices (total_nnz,) int64 into the flattened
+    (batch * seqlen) positions, cu_seqlens (batch + 1,) int32, max_seqlen_in_batch (int),
+    seqused (batch,) int32: the valid tokens of each sequence)."""
+    if attention_mask.shape != hidden_states.shape[:2]:
+        raise ValueError(
+            f"attention_mask must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    all_masks = attention_mask.bool() if unused_mask is None else attention_mask.bool() | unused_mask.bool()
+    seqlens = all_masks.sum(dim=-1, dtype=torch.int32)
+    seqused = attention_mask.bool().sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(all_masks.flatten()).flatten()
+    max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() else 0
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
+
+
+def pad_input(hidden_states, indices, batch, seqlen):
+    """hidden_states (total_nnz, ...) at the flattened positions indices -> (batch, seqlen, ...),
+    zero elsewhere."""
+    output = _IndexPutFirstAxis.apply(hidden_states, indices, batch * seqlen)
+    return output.view(batch, seqlen, *hidden_states.shape[1:])

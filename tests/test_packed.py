@@ -1,0 +1,55 @@
+"""The packed entry points against flash_attn_func on the same data, gradients included (GPU),
+and their shape checks (CPU)."""
+
+import pytest
+import torch
+
+from conftest import random_qkv, requires_gpu, skip_unbuilt
+from flash_attn_cuda import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+
+
+def grads_of(fn, inputs, dout):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    out = fn(*leaves)
+    return out, torch.autograd.grad(out, leaves, dout)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_qkvpacked_matches_unpacked(causal):
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 157, 157, 4, 4, head_dim, dtype, seed=31)
+    dout = torch.randn_like(q)
+    qkv = torch.stack([q, k, v], dim=2)
+    out_packed, (dqkv,) = grads_of(lambda t: flash_attn_qkvpacked_func(t, causal=causal, deterministic=True),
+                                   [qkv], dout)
+    out, (dq, dk, dv) = grads_of(lambda a, b, c: flash_attn_func(a, b, c, causal=causal, deterministic=True),
+                                 [q, k, v], dout)
+    assert torch.equal(out_packed, out)
+    assert torch.equal(dqkv, torch.stack([dq, dk, dv], dim=2))
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_kvpacked_matches_unpacked_with_gqa(causal):
+    dtype, head_dim = torch.float16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 120, 211, 8, 2, head_dim, dtype, seed=32)
+    dout = torch.randn_like(q)
+    kv = torch.stack([k, v], dim=2)
+    out_packed, (dq_p, dkv) = grads_of(
+        lambda a, t: flash_attn_kvpacked_func(a, t, causal=causal, deterministic=True), [q, kv], dout)
+    out, (dq, dk, dv) = grads_of(lambda a, b, c: flash_attn_func(a, b, c, causal=causal, deterministic=True),
+                                 [q, k, v], dout)
+    assert torch.equal(out_packed, out)
+    assert torch.equal(dq_p, dq) and torch.equal(dkv, torch.stack([dk, dv], dim=2))
+
+
+def test_packed_shapes_are_checked():
+    with pytest.raises(ValueError, match="qkv must be"):
+        flash_attn_qkvpacked_func(torch.randn(1, 8, 2, 2, 64))
+    with pytest.raises(ValueError, match="kv must be"):
+        flash_attn_kvpacked_func(torch.randn(1, 8, 2, 64), torch.randn(1, 8, 3, 2, 64))
