@@ -154,6 +154,7 @@ void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q) 
 // Shapes and checks shared by the forward and backward entry points.
 struct Problem {
     int batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, sm;
+    const cudaDeviceProp *props;
 };
 
 Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double softmax_scale) {
@@ -181,8 +182,8 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
     TORCH_CHECK_VALUE(p.batch <= 65535 && p.num_heads <= 65535, "batch and nheads must be at most 65535");
     TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive, got ",
                       softmax_scale);
-    const auto *props = at::cuda::getDeviceProperties(q.get_device());
-    p.sm = props->major * 10 + props->minor;
+    p.props = at::cuda::getDeviceProperties(q.get_device());
+    p.sm = p.props->major * 10 + p.props->minor;
     check_device_arch(p.sm);
     return p;
 }
@@ -266,11 +267,10 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
 
     const BwdTileConfig cfg = bwd_tile_config(p.head_dim, causal, p.sm);
     const int smem_needed = bwd_smem_bytes(cfg, p.head_dim);
-    const auto *props = at::cuda::getDeviceProperties(q.get_device());
-    TORCH_CHECK(static_cast<size_t>(smem_needed) <= props->sharedMemPerBlockOptin,
+    TORCH_CHECK(static_cast<size_t>(smem_needed) <= p.props->sharedMemPerBlockOptin,
                 "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,
-                " KB of shared memory per block; this GPU (sm", p.sm, ") allows ", props->sharedMemPerBlockOptin / 1024,
-                " KB");
+                " KB of shared memory per block; this GPU (sm", p.sm, ") allows ",
+                p.props->sharedMemPerBlockOptin / 1024, " KB");
 
     at::Tensor dq = at::empty(q.sizes(), q.options());
     const bool grouped = p.num_heads != p.num_heads_k;
@@ -335,7 +335,8 @@ py::tuple fwd_kernel_config(int head_dim, bool causal, int sm) {
 
 py::dict bwd_kernel_config(int head_dim, bool causal, int sm) {
     TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= 256, "head_dim must be in [1, 256], got ", head_dim);
-    const BwdTileConfig cfg = bwd_tile_config(kernel_head_dim(head_dim), causal, sm);
+    const int kernel_dim = kernel_head_dim(head_dim);
+    const BwdTileConfig cfg = bwd_tile_config(kernel_dim, causal, sm);
     py::dict config;
     config["block_m"] = cfg.block_m;
     config["block_n"] = cfg.block_n;
@@ -344,7 +345,7 @@ py::dict bwd_kernel_config(int head_dim, bool causal, int sm) {
     config["atom_m_dkv"] = cfg.atom_m_dkv;
     config["atom_m_dq"] = cfg.atom_m_dq;
     config["stages_q_do"] = cfg.stages_q_do;
-    config["smem_bytes"] = bwd_smem_bytes(cfg, kernel_head_dim(head_dim));
+    config["smem_bytes"] = bwd_smem_bytes(cfg, kernel_dim);
     return config;
 }
 

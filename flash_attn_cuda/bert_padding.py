@@ -60,9 +60,10 @@ def unpad_input(hidden_states, attention_mask, unused_mask=None):
             f"attention_mask must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
             f"got {tuple(attention_mask.shape)}"
         )
-    all_masks = attention_mask.bool() if unused_mask is None else attention_mask.bool() | unused_mask.bool()
+    used = attention_mask.bool()
+    all_masks = used if unused_mask is None else used | unused_mask.bool()
     seqlens = all_masks.sum(dim=-1, dtype=torch.int32)
-    seqused = attention_mask.bool().sum(dim=-1, dtype=torch.int32)
+    seqused = used.sum(dim=-1, dtype=torch.int32)
     indices = torch.nonzero(all_masks.flatten()).flatten()
     max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() else 0
     cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
