@@ -5,7 +5,8 @@
 #include <cuda_runtime.h>
 
 struct Flash_fwd_params {
-    // Tensors in (batch, seqlen, nheads, head_dim) layout with a contiguous last dim.
+    // Tensors in (batch, seqlen, nheads, head_dim) layout with a contiguous last dim; varlen:
+    // (total tokens, nheads, head_dim), the batch strides unused.
     void *__restrict__ q_ptr;
     void *__restrict__ k_ptr;
     void *__restrict__ v_ptr;
@@ -18,7 +19,13 @@ struct Flash_fwd_params {
     int64_t q_head_stride, k_head_stride, v_head_stride, o_head_stride;
 
     int batch;
+    // Varlen: the maximum lengths of a sequence.
     int seqlen_q, seqlen_k;
+    // Varlen: (batch + 1) offsets of each sequence's first token, cu_seqlens[batch] being the total
+    // number of tokens (total_q, total_k); null for the padded layout.
+    const int *__restrict__ cu_seqlens_q;
+    const int *__restrict__ cu_seqlens_k;
+    int total_q, total_k;
     int num_heads, num_heads_k;
     // The kernel's kHeadDim: flash_attn_func pads q, k, v to it.
     int head_dim;
@@ -44,11 +51,14 @@ struct Flash_bwd_params : Flash_fwd_params {
     int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
     int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
 
-    // Rows of the fp32 scratch buffers below, a multiple of the backward's kBlockM.
-    int seqlen_q_rounded;
-    // (batch, nheads, seqlen_q_rounded, head_dim) fp32: dQ accumulated over the KV blocks.
+    // Rows of the fp32 scratch buffers below per (batch, head), seqlen_q rounded up to a multiple of
+    // the backward's kBlockM; varlen: per head, total_q + batch * kBlockM, sequence b starting at row
+    // cu_seqlens_q[b] + b * kBlockM (BlockInfo::accum_row0).
+    int accum_rows;
+    // (batch, nheads, accum_rows, head_dim) fp32 (varlen: (nheads, accum_rows, head_dim)): dQ
+    // accumulated over the KV blocks.
     float *__restrict__ dq_accum_ptr;
-    // (batch, nheads, seqlen_q_rounded) fp32: D = rowsum(dO * O).
+    // (batch, nheads, accum_rows) fp32 (varlen: (nheads, accum_rows)): D = rowsum(dO * O).
     float *__restrict__ softmax_d_ptr;
     // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
     // deterministic: KV block j adds into a Q block once the count there reaches j. Else null.

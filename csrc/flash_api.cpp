@@ -5,6 +5,8 @@
 #include <torch/extension.h>
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -138,41 +140,108 @@ void check_device_arch(int sm) {
                 "): rebuild with FLASH_ATTN_CUDA_ARCHS including ", sm);
 }
 
+// The batch, row and head strides of a (batch, seqlen, nheads, head_dim) tensor, or of a varlen
+// (total, nheads, head_dim) one (which has no batch stride).
+struct RowStrides {
+    int64_t batch, row, head;
+};
+
+RowStrides row_strides(const at::Tensor &t) {
+    if (t.dim() == 3) {
+        return {0, t.stride(0), t.stride(1)};
+    }
+    return {t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// t must be laid out like q: the same dtype, device and layout (padded or varlen).
 void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q) {
     TORCH_CHECK_TYPE(t.scalar_type() == q.scalar_type(), name, " must have the dtype of q (", q.scalar_type(),
                      "), got ", t.scalar_type());
     TORCH_CHECK_VALUE(t.device() == q.device(), name, " must be on the device of q (", q.device(), "), got ",
                       t.device());
-    TORCH_CHECK_VALUE(t.dim() == 4, name, " must have shape (batch, seqlen, nheads, head_dim), got ", t.sizes());
+    TORCH_CHECK_VALUE(t.dim() == q.dim(), name, " must have shape ",
+                      q.dim() == 3 ? "(total, nheads, head_dim)" : "(batch, seqlen, nheads, head_dim)", ", got ",
+                      t.sizes());
     TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must have a contiguous last dimension");
     // 16-byte vector loads and stores.
-    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
-                          t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0,
-                      name, " must be 16-byte aligned with strides that are multiples of 8 elements");
+    bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+    for (int i = 0; i + 1 < t.dim(); ++i) {
+        aligned = aligned && t.stride(i) % 8 == 0;
+    }
+    TORCH_CHECK_VALUE(aligned, name, " must be 16-byte aligned with strides that are multiples of 8 elements");
 }
 
-// Shapes and checks shared by the forward and backward entry points.
+// Checks that need no device sync: flash_attn_varlen_func checks the values (see interface.py).
+void check_cu_seqlens(const at::Tensor &cu_seqlens, const char *name, const at::Tensor &q) {
+    TORCH_CHECK_TYPE(cu_seqlens.scalar_type() == at::kInt, name, " must be int32, got ", cu_seqlens.scalar_type());
+    TORCH_CHECK_VALUE(cu_seqlens.device() == q.device(), name, " must be on the device of q (", q.device(), "), got ",
+                      cu_seqlens.device());
+    TORCH_CHECK_VALUE(cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 1 && cu_seqlens.is_contiguous(), name,
+                      " must be a contiguous 1-D tensor of length batch + 1, got shape ", cu_seqlens.sizes());
+}
+
+// Shapes and checks shared by the forward and backward entry points. Varlen: seqlen_q and
+// seqlen_k are the maximum lengths, and cu_seqlens_q / cu_seqlens_k are set.
 struct Problem {
     int batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, sm;
+    int total_q, total_k;
+    const int *cu_seqlens_q, *cu_seqlens_k;
     const cudaDeviceProp *props;
+
+    bool varlen() const { return cu_seqlens_q != nullptr; }
+    // Shape of softmax_lse: (batch, nheads, seqlen_q), varlen (nheads, total_q).
+    std::vector<int64_t> lse_shape() const {
+        if (varlen()) {
+            return {num_heads, total_q};
+        }
+        return {batch, num_heads, seqlen_q};
+    }
 };
 
-Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double softmax_scale) {
+Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double softmax_scale,
+                      const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k) {
     TORCH_CHECK_TYPE(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
                      "flash_attn_cuda supports fp16 and bf16, got ", q.scalar_type());
     TORCH_CHECK_VALUE(q.is_cuda(), "q must be a CUDA tensor");
+    const bool varlen = cu_seqlens_q.has_value();
+    TORCH_CHECK_VALUE(cu_seqlens_k.has_value() == varlen, "cu_seqlens_q and cu_seqlens_k go together");
+    TORCH_CHECK_VALUE(q.dim() == (varlen ? 3 : 4), "q must have shape ",
+                      varlen ? "(total_q, nheads, head_dim)" : "(batch, seqlen_q, nheads, head_dim)", ", got ",
+                      q.sizes());
     check_qkv_like(q, "q", q);
     check_qkv_like(k, "k", q);
     check_qkv_like(v, "v", q);
     Problem p{};
-    p.batch = q.size(0);
-    p.seqlen_q = q.size(1);
-    p.num_heads = q.size(2);
-    p.head_dim = q.size(3);
-    p.seqlen_k = k.size(1);
-    p.num_heads_k = k.size(2);
-    TORCH_CHECK_VALUE(k.size(0) == p.batch && k.size(3) == p.head_dim, "k must have shape (", p.batch,
-                      ", seqlen_k, nheads_k, ", p.head_dim, "), got ", k.sizes());
+    p.num_heads = q.size(-2);
+    p.head_dim = q.size(-1);
+    p.num_heads_k = k.size(-2);
+    if (varlen) {
+        check_cu_seqlens(*cu_seqlens_q, "cu_seqlens_q", q);
+        check_cu_seqlens(*cu_seqlens_k, "cu_seqlens_k", q);
+        TORCH_CHECK_VALUE(cu_seqlens_k->numel() == cu_seqlens_q->numel(), "cu_seqlens_k must have the length of ",
+                          "cu_seqlens_q (batch + 1 = ", cu_seqlens_q->numel(), "), got ", cu_seqlens_k->numel());
+        TORCH_CHECK_VALUE(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q <= INT32_MAX &&
+                              max_seqlen_k <= INT32_MAX,
+                          "max_seqlen_q and max_seqlen_k must be non-negative int32 values, got ", max_seqlen_q,
+                          " and ", max_seqlen_k);
+        TORCH_CHECK_VALUE(q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX, "at most 2^31 - 1 tokens");
+        p.batch = cu_seqlens_q->numel() - 1;
+        p.seqlen_q = max_seqlen_q;
+        p.seqlen_k = max_seqlen_k;
+        p.total_q = q.size(0);
+        p.total_k = k.size(0);
+        p.cu_seqlens_q = cu_seqlens_q->data_ptr<int>();
+        p.cu_seqlens_k = cu_seqlens_k->data_ptr<int>();
+        TORCH_CHECK_VALUE(k.size(2) == p.head_dim, "k must have shape (total_k, nheads_k, ", p.head_dim, "), got ",
+                          k.sizes());
+    } else {
+        p.batch = q.size(0);
+        p.seqlen_q = q.size(1);
+        p.seqlen_k = k.size(1);
+        TORCH_CHECK_VALUE(k.size(0) == p.batch && k.size(3) == p.head_dim, "k must have shape (", p.batch,
+                          ", seqlen_k, nheads_k, ", p.head_dim, "), got ", k.sizes());
+    }
     TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
     TORCH_CHECK_VALUE(p.head_dim % 32 == 0 && p.head_dim > 0 && p.head_dim <= 256,
                       "head_dim must be one of 32, 64, ..., 256 (flash_attn_func pads to the next one), got ",
@@ -195,21 +264,26 @@ void set_fwd_params(Flash_fwd_params &params, const Problem &p, const at::Tensor
     params.v_ptr = v.data_ptr();
     params.o_ptr = out.data_ptr();
     params.softmax_lse_ptr = softmax_lse.data_ptr<float>();
-    params.q_batch_stride = q.stride(0);
-    params.k_batch_stride = k.stride(0);
-    params.v_batch_stride = v.stride(0);
-    params.o_batch_stride = out.stride(0);
-    params.q_row_stride = q.stride(1);
-    params.k_row_stride = k.stride(1);
-    params.v_row_stride = v.stride(1);
-    params.o_row_stride = out.stride(1);
-    params.q_head_stride = q.stride(2);
-    params.k_head_stride = k.stride(2);
-    params.v_head_stride = v.stride(2);
-    params.o_head_stride = out.stride(2);
+    const RowStrides qs = row_strides(q), ks = row_strides(k), vs = row_strides(v), os = row_strides(out);
+    params.q_batch_stride = qs.batch;
+    params.k_batch_stride = ks.batch;
+    params.v_batch_stride = vs.batch;
+    params.o_batch_stride = os.batch;
+    params.q_row_stride = qs.row;
+    params.k_row_stride = ks.row;
+    params.v_row_stride = vs.row;
+    params.o_row_stride = os.row;
+    params.q_head_stride = qs.head;
+    params.k_head_stride = ks.head;
+    params.v_head_stride = vs.head;
+    params.o_head_stride = os.head;
     params.batch = p.batch;
     params.seqlen_q = p.seqlen_q;
     params.seqlen_k = p.seqlen_k;
+    params.cu_seqlens_q = p.cu_seqlens_q;
+    params.cu_seqlens_k = p.cu_seqlens_k;
+    params.total_q = p.total_q;
+    params.total_k = p.total_k;
     params.num_heads = p.num_heads;
     params.num_heads_k = p.num_heads_k;
     params.head_dim = p.head_dim;
@@ -218,9 +292,15 @@ void set_fwd_params(Flash_fwd_params &params, const Problem &p, const at::Tensor
     params.sm = p.sm;
 }
 
+// Padded: q (batch, seqlen_q, nheads, head_dim), k and v (batch, seqlen_k, nheads_k, head_dim).
+// Varlen (cu_seqlens_q and cu_seqlens_k given): q (total_q, nheads, head_dim), k and v (total_k,
+// nheads_k, head_dim), sequence b being the rows [cu_seqlens[b], cu_seqlens[b + 1]).
 std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                            std::optional<at::Tensor> out_, double softmax_scale, bool causal) {
-    const Problem p = check_problem(q, k, v, softmax_scale);
+                            std::optional<at::Tensor> out_, double softmax_scale, bool causal,
+                            const std::optional<at::Tensor> &cu_seqlens_q,
+                            const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
+                            int64_t max_seqlen_k) {
+    const Problem p = check_problem(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
     at::cuda::CUDAGuard device_guard{q.device()};
 
     at::Tensor out;
@@ -232,7 +312,7 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
     } else {
         out = at::empty(q.sizes(), q.options());
     }
-    at::Tensor softmax_lse = at::empty({p.batch, p.num_heads, p.seqlen_q}, q.options().dtype(at::kFloat));
+    at::Tensor softmax_lse = at::empty(p.lse_shape(), q.options().dtype(at::kFloat));
     if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
         return {out, softmax_lse};
     }
@@ -248,21 +328,23 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
 }
 
 // Returns dq, dk, dv (contiguous, shaped like q, k, v). dk and dv of MQA/GQA are sums over the
-// query heads of each group, computed per query head by the kernel and reduced here.
+// query heads of each group, computed per query head by the kernel and reduced here. Layouts as
+// for fwd.
 std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                             const at::Tensor &out, const at::Tensor &softmax_lse, double softmax_scale, bool causal,
-                            bool deterministic) {
-    const Problem p = check_problem(q, k, v, softmax_scale);
+                            bool deterministic, const std::optional<at::Tensor> &cu_seqlens_q,
+                            const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
+                            int64_t max_seqlen_k) {
+    const Problem p = check_problem(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
     check_qkv_like(out, "out", q);
     check_qkv_like(dout, "dout", q);
     TORCH_CHECK_VALUE(out.sizes() == q.sizes() && dout.sizes() == q.sizes(),
                       "out and dout must have the shape of q ", q.sizes(), ", got ", out.sizes(), " and ",
                       dout.sizes());
     TORCH_CHECK_VALUE(softmax_lse.scalar_type() == at::kFloat && softmax_lse.device() == q.device() &&
-                          softmax_lse.is_contiguous() &&
-                          softmax_lse.sizes() == at::IntArrayRef({p.batch, p.num_heads, p.seqlen_q}),
-                      "softmax_lse must be a contiguous float32 tensor of shape (", p.batch, ", ", p.num_heads, ", ",
-                      p.seqlen_q, ") on the device of q");
+                          softmax_lse.is_contiguous() && softmax_lse.sizes() == at::IntArrayRef(p.lse_shape()),
+                      "softmax_lse must be a contiguous float32 tensor of shape ", at::IntArrayRef(p.lse_shape()),
+                      " on the device of q");
     at::cuda::CUDAGuard device_guard{q.device()};
 
     const BwdTileConfig cfg = bwd_tile_config(p.head_dim, causal, p.sm);
@@ -274,13 +356,17 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
 
     at::Tensor dq = at::empty(q.sizes(), q.options());
     const bool grouped = p.num_heads != p.num_heads_k;
-    at::Tensor dk_expanded = at::empty({p.batch, p.seqlen_k, p.num_heads, p.head_dim}, q.options());
-    at::Tensor dv_expanded = at::empty({p.batch, p.seqlen_k, p.num_heads, p.head_dim}, q.options());
+    std::vector<int64_t> expanded_shape = k.sizes().vec();
+    expanded_shape[k.dim() - 2] = p.num_heads;
+    at::Tensor dk_expanded = at::empty(expanded_shape, q.options());
+    at::Tensor dv_expanded = at::empty(expanded_shape, q.options());
     auto reduce_groups = [&](const at::Tensor &expanded) {
         if (!grouped) {
             return expanded;
         }
-        return expanded.view({p.batch, p.seqlen_k, p.num_heads_k, p.num_heads / p.num_heads_k, p.head_dim}).sum(3);
+        std::vector<int64_t> group_shape = k.sizes().vec();
+        group_shape.insert(group_shape.end() - 1, p.num_heads / p.num_heads_k);
+        return expanded.view(group_shape).sum(-2);
     };
     if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
         // No query or no key: every gradient is zero (the empty ones trivially).
@@ -290,31 +376,41 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
         return {dq, reduce_groups(dk_expanded), reduce_groups(dv_expanded)};
     }
 
-    const int seqlen_q_rounded = (p.seqlen_q + cfg.block_m - 1) / cfg.block_m * cfg.block_m;
+    const int m_blocks = (p.seqlen_q + cfg.block_m - 1) / cfg.block_m;
     const auto f32 = q.options().dtype(at::kFloat);
-    at::Tensor dq_accum = at::empty({p.batch, p.num_heads, seqlen_q_rounded, p.head_dim}, f32);
-    at::Tensor softmax_d = at::empty({p.batch, p.num_heads, seqlen_q_rounded}, f32);
+    at::Tensor dq_accum, softmax_d;
+    int accum_rows;
+    if (p.varlen()) {
+        accum_rows = p.total_q + p.batch * cfg.block_m;
+        dq_accum = at::empty({p.num_heads, accum_rows, p.head_dim}, f32);
+        softmax_d = at::empty({p.num_heads, accum_rows}, f32);
+    } else {
+        accum_rows = m_blocks * cfg.block_m;
+        dq_accum = at::empty({p.batch, p.num_heads, accum_rows, p.head_dim}, f32);
+        softmax_d = at::empty({p.batch, p.num_heads, accum_rows}, f32);
+    }
     at::Tensor dq_semaphore;
     if (deterministic) {
-        dq_semaphore = at::zeros({p.batch, p.num_heads, seqlen_q_rounded / cfg.block_m}, q.options().dtype(at::kInt));
+        dq_semaphore = at::zeros({p.batch, p.num_heads, m_blocks}, q.options().dtype(at::kInt));
     }
 
     Flash_bwd_params params{};
     set_fwd_params(params, p, q, k, v, out, softmax_lse, softmax_scale);
+    const RowStrides dos = row_strides(dout), dqs = row_strides(dq), dks = row_strides(dk_expanded);
     params.do_ptr = dout.data_ptr();
-    params.do_batch_stride = dout.stride(0);
-    params.do_row_stride = dout.stride(1);
-    params.do_head_stride = dout.stride(2);
+    params.do_batch_stride = dos.batch;
+    params.do_row_stride = dos.row;
+    params.do_head_stride = dos.head;
     params.dq_ptr = dq.data_ptr();
     params.dk_ptr = dk_expanded.data_ptr();
     params.dv_ptr = dv_expanded.data_ptr();
-    params.dq_batch_stride = dq.stride(0);
-    params.dq_row_stride = dq.stride(1);
-    params.dq_head_stride = dq.stride(2);
-    params.dk_batch_stride = dk_expanded.stride(0);
-    params.dk_row_stride = dk_expanded.stride(1);
-    params.dk_head_stride = dk_expanded.stride(2);
-    params.seqlen_q_rounded = seqlen_q_rounded;
+    params.dq_batch_stride = dqs.batch;
+    params.dq_row_stride = dqs.row;
+    params.dq_head_stride = dqs.head;
+    params.dk_batch_stride = dks.batch;
+    params.dk_row_stride = dks.row;
+    params.dk_head_stride = dks.head;
+    params.accum_rows = accum_rows;
     params.dq_accum_ptr = dq_accum.data_ptr<float>();
     params.softmax_d_ptr = softmax_d.data_ptr<float>();
     params.dq_semaphore_ptr = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
@@ -362,10 +458,13 @@ py::dict built_config() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "FlashAttention-2 kernels (CUDA, CuTe)";
     m.def("fwd", &fwd, "FlashAttention-2 forward: returns [out, softmax_lse]", py::arg("q"), py::arg("k"),
-          py::arg("v"), py::arg("out") = py::none(), py::arg("softmax_scale"), py::arg("causal"));
+          py::arg("v"), py::arg("out") = py::none(), py::arg("softmax_scale"), py::arg("causal"),
+          py::arg("cu_seqlens_q") = py::none(), py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0,
+          py::arg("max_seqlen_k") = 0);
     m.def("bwd", &bwd, "FlashAttention-2 backward: returns [dq, dk, dv]", py::arg("dout"), py::arg("q"),
           py::arg("k"), py::arg("v"), py::arg("out"), py::arg("softmax_lse"), py::arg("softmax_scale"),
-          py::arg("causal"), py::arg("deterministic"));
+          py::arg("causal"), py::arg("deterministic"), py::arg("cu_seqlens_q") = py::none(),
+          py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0);
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps, num_stages) the forward dispatch table picks", py::arg("head_dim"),
           py::arg("causal"), py::arg("sm"));

@@ -46,6 +46,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
 
     const BlockInfo binfo(params, bidb);
     const int col0 = n_block * kBlockN;
+    if (col0 >= binfo.seqlen_k) {
+        return;
+    }
     const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift()};
     // Q blocks [m_block_min, m_block_max) hold every query that sees some key of this block
     // (causal: query i sees key j iff i >= j - shift, so the blocks above are skipped whole).
@@ -58,39 +61,37 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     // Algorithm 2 lines 1-3: the blocks of Q, dO (over i), K_j, V_j, dK_j, dV_j and dQ (fp32).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-    auto rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int head, int seqlen) {
-        return binfo.rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, head, seqlen);
+    auto q_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+        return binfo.q_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, bidh);
+    };
+    auto k_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int head) {
+        return binfo.k_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, head);
     };
     // (kBlockM, kHeadDim, m_blocks)
-    Tensor gQ = local_tile(rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride, bidh,
-                                binfo.seqlen_q),
+    Tensor gQ = local_tile(q_rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride),
                            tile_qo, make_coord(_, 0));
-    Tensor gdO = local_tile(rows(params.do_ptr, params.do_batch_stride, params.do_row_stride, params.do_head_stride,
-                                 bidh, binfo.seqlen_q),
+    Tensor gdO = local_tile(q_rows(params.do_ptr, params.do_batch_stride, params.do_row_stride, params.do_head_stride),
                             tile_qo, make_coord(_, 0));
     // (kBlockN, kHeadDim): K_j, V_j of this block's K/V head; dK_j, dV_j of its query head.
-    Tensor gK = local_tile(rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride, bidh_k,
-                                binfo.seqlen_k),
+    Tensor gK = local_tile(k_rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride, bidh_k),
                            tile_kv, make_coord(n_block, 0));
-    Tensor gV = local_tile(rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride, bidh_k,
-                                binfo.seqlen_k),
+    Tensor gV = local_tile(k_rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride, bidh_k),
                            tile_kv, make_coord(n_block, 0));
-    Tensor gdK = local_tile(rows(params.dk_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride,
-                                 bidh, binfo.seqlen_k),
+    Tensor gdK = local_tile(k_rows(params.dk_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride, bidh),
                             tile_kv, make_coord(n_block, 0));
-    Tensor gdV = local_tile(rows(params.dv_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride,
-                                 bidh, binfo.seqlen_k),
+    Tensor gdV = local_tile(k_rows(params.dv_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride, bidh),
                             tile_kv, make_coord(n_block, 0));
-    const int64_t row_offset_accum = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded;
-    Tensor gdQaccum = local_tile(make_tensor(make_gmem_ptr(params.dq_accum_ptr + row_offset_accum * kHeadDim),
-                                             make_shape(params.seqlen_q_rounded, Int<kHeadDim>{}),
+    const int64_t accum_row0 = binfo.accum_row0<kBlockM>(params, bidh);
+    Tensor gdQaccum = local_tile(make_tensor(make_gmem_ptr(params.dq_accum_ptr + accum_row0 * kHeadDim),
+                                             make_shape(m_block_max * kBlockM, Int<kHeadDim>{}),
                                              make_stride(Int<kHeadDim>{}, _1{})),
                                  tile_qo, make_coord(_, 0));
-    const float *lse = params.softmax_lse_ptr + (int64_t(bidb) * params.num_heads + bidh) * binfo.seqlen_q;
-    const float *dsum = params.softmax_d_ptr + row_offset_accum;
+    const float *lse = params.softmax_lse_ptr + binfo.lse_row0(params, bidh);
+    const float *dsum = params.softmax_d_ptr + accum_row0;
     int *semaphore = params.dq_semaphore_ptr == nullptr
                          ? nullptr
-                         : params.dq_semaphore_ptr + (int64_t(bidb) * params.num_heads + bidh) * m_block_max;
+                         : params.dq_semaphore_ptr +
+                               (int64_t(bidb) * params.num_heads + bidh) * ceil_div(params.seqlen_q, kBlockM);
 
     // Shared memory: K, V, then kStages x Q, kStages x dO, then P and dS.
     Element *smem_k = reinterpret_cast<Element *>(smem);

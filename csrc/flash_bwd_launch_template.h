@@ -26,8 +26,10 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
     using Element = typename Traits::Element;
     constexpr int kHeadDim = Traits::kHeadDim;
     constexpr int kRowsPerBlock = flash::RowChunks<Element, kHeadDim>::kRowsPerBlock;
-    const dim3 grid_pre(cute::ceil_div(params.seqlen_q_rounded, kRowsPerBlock), params.batch, params.num_heads);
-    flash::flash_bwd_preprocess_kernel<Element, kHeadDim><<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
+    constexpr int kBlockM = Traits::kBlockM;
+    const dim3 grid_pre(cute::ceil_div(cute::ceil_div(params.seqlen_q, kBlockM) * kBlockM, kRowsPerBlock), params.batch,
+                        params.num_heads);
+    flash::flash_bwd_preprocess_kernel<Element, kHeadDim, kBlockM><<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
     if (cudaPeekAtLastError() != cudaSuccess) {
         return;
     }
@@ -45,7 +47,7 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
     }
 
     const dim3 grid_post(cute::ceil_div(params.seqlen_q, kRowsPerBlock), params.batch, params.num_heads);
-    flash::flash_bwd_postprocess_kernel<Element, kHeadDim><<<grid_post, flash::kRowKernelThreads, 0, stream>>>(params);
+    flash::flash_bwd_postprocess_kernel<Element, kHeadDim, kBlockM><<<grid_post, flash::kRowKernelThreads, 0, stream>>>(params);
 }
 
 template <typename Element, int kHeadDim, bool kIsCausal>

@@ -10,17 +10,18 @@
 
 namespace flash {
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_postprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
     using Chunks = RowChunks<Element, kHeadDim>;
     const int row = Chunks::row();
     const int col = Chunks::col();
-    if (row >= params.seqlen_q || col >= kHeadDim) {
-        return;
-    }
     const int bidb = blockIdx.y;
     const int bidh = blockIdx.z;
-    const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;
+    const BlockInfo binfo(params, bidb);
+    if (row >= binfo.seqlen_q || col >= kHeadDim) {
+        return;
+    }
+    const int64_t accum_row = binfo.accum_row0<kBlockM>(params, bidh) + row;
     typename Chunks::FloatVec acc = *reinterpret_cast<const typename Chunks::FloatVec *>(
         params.dq_accum_ptr + accum_row * kHeadDim + col);
     for (int i = 0; i < Chunks::kElems; ++i) {
@@ -30,8 +31,8 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_postprocess_kerne
     typename Chunks::Vec out;
     static_cast<cutlass::Array<Element, Chunks::kElems> &>(out) = to_element(acc);
     *reinterpret_cast<typename Chunks::Vec *>(reinterpret_cast<Element *>(params.dq_ptr) +
-                                              bidb * params.dq_batch_stride + row * params.dq_row_stride +
-                                              bidh * params.dq_head_stride + col) = out;
+                                              binfo.q_offset(params.dq_batch_stride, params.dq_row_stride) +
+                                              row * params.dq_row_stride + bidh * params.dq_head_stride + col) = out;
 }
 
 }  // namespace flash

@@ -1,10 +1,11 @@
 // Algorithm 2 lines 3-4, before the main backward kernel: D = rowsum(dO o O) in fp32 and a
-// zeroed fp32 dQ accumulator, for the rows [0, seqlen_q_rounded) of each (batch, head).
+// zeroed fp32 dQ accumulator, for each sequence's rows rounded up to a multiple of kBlockM.
 #pragma once
 
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
 
+#include "block_info.h"
 #include "flash.h"
 
 namespace flash {
@@ -29,23 +30,25 @@ struct RowChunks {
     __device__ static int col() { return threadIdx.x % kThreadsPerRow * kElems; }
 };
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
     using Chunks = RowChunks<Element, kHeadDim>;
     const int row = Chunks::row();
     const int col = Chunks::col();
     const int bidb = blockIdx.y;
     const int bidh = blockIdx.z;
+    const BlockInfo binfo(params, bidb);
 
     const bool active = col < kHeadDim;
     float dot = 0.f;
-    if (active && row < params.seqlen_q) {
+    if (active && row < binfo.seqlen_q) {
         const auto &o = *reinterpret_cast<const typename Chunks::Vec *>(
-            reinterpret_cast<const Element *>(params.o_ptr) + bidb * params.o_batch_stride + row * params.o_row_stride +
-            bidh * params.o_head_stride + col);
+            reinterpret_cast<const Element *>(params.o_ptr) + binfo.q_offset(params.o_batch_stride, params.o_row_stride) +
+            row * params.o_row_stride + bidh * params.o_head_stride + col);
         const auto &d_o = *reinterpret_cast<const typename Chunks::Vec *>(
-            reinterpret_cast<const Element *>(params.do_ptr) + bidb * params.do_batch_stride +
-            row * params.do_row_stride + bidh * params.do_head_stride + col);
+            reinterpret_cast<const Element *>(params.do_ptr) +
+            binfo.q_offset(params.do_batch_stride, params.do_row_stride) + row * params.do_row_stride +
+            bidh * params.do_head_stride + col);
         cutlass::NumericArrayConverter<float, Element, Chunks::kElems> to_float;
         const auto o_f = to_float(o);
         const auto do_f = to_float(d_o);
@@ -56,8 +59,8 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel
     for (int offset = Chunks::kThreadsPerRow / 2; offset > 0; offset /= 2) {
         dot += __shfl_xor_sync(0xffffffff, dot, offset);
     }
-    if (active && row < params.seqlen_q_rounded) {
-        const int64_t accum_row = (int64_t(bidb) * params.num_heads + bidh) * params.seqlen_q_rounded + row;
+    if (active && row < cute::ceil_div(binfo.seqlen_q, kBlockM) * kBlockM) {
+        const int64_t accum_row = binfo.accum_row0<kBlockM>(params, bidh) + row;
         if (col == 0) {
             params.softmax_d_ptr[accum_row] = dot;
         }

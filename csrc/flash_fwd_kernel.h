@@ -48,21 +48,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
-    auto rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int head, int seqlen) {
-        return binfo.rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, head, seqlen);
+    auto q_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+        return binfo.q_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, bidh);
     };
-    Tensor gQ = local_tile(rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride, bidh,
-                                binfo.seqlen_q),
+    auto k_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+        return binfo.k_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, bidh_k);
+    };
+    Tensor gQ = local_tile(q_rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride),
                            tile_qo, make_coord(m_block, 0));
-    Tensor gO = local_tile(rows(params.o_ptr, params.o_batch_stride, params.o_row_stride, params.o_head_stride, bidh,
-                                binfo.seqlen_q),
+    Tensor gO = local_tile(q_rows(params.o_ptr, params.o_batch_stride, params.o_row_stride, params.o_head_stride),
                            tile_qo, make_coord(m_block, 0));
     // (kBlockN, kHeadDim, n_blocks)
-    Tensor gK = local_tile(rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride, bidh_k,
-                                binfo.seqlen_k),
+    Tensor gK = local_tile(k_rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride),
                            tile_kv, make_coord(_, 0));
-    Tensor gV = local_tile(rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride, bidh_k,
-                                binfo.seqlen_k),
+    Tensor gV = local_tile(k_rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride),
                            tile_kv, make_coord(_, 0));
 
     Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element *>(smem)), typename Traits::SmemLayoutQ{});
@@ -166,7 +165,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
     Tensor tOcO = thr_mma.partition_C(make_identity_tensor(tile_qo));
     Tensor tOcO_rows = make_tensor(tOcO.data(), rowcol(tOcO.layout()));
-    float *lse_rows = params.softmax_lse_ptr + (int64_t(bidb) * params.num_heads + bidh) * binfo.seqlen_q + row0;
+    float *lse_rows = params.softmax_lse_ptr + binfo.lse_row0(params, bidh) + row0;
     if (get<1>(tOcO_rows(0, 0)) == 0) {
         CUTE_UNROLL
         for (int r = 0; r < size(lse); ++r) {

@@ -26,9 +26,9 @@ void time_config(int seqlen, uint32_t seed) {
     p.dq_batch_stride = p.dk_batch_stride = p.q_batch_stride;
     p.dq_row_stride = p.dk_row_stride = p.q_row_stride;
     p.dq_head_stride = p.dk_head_stride = p.q_head_stride;
-    p.seqlen_q_rounded = (seqlen + TUNE_BLOCK_M - 1) / TUNE_BLOCK_M * TUNE_BLOCK_M;
-    p.dq_accum_ptr = buffers.alloc<float>(int64_t(p.batch) * p.num_heads * p.seqlen_q_rounded * TUNE_HDIM);
-    p.softmax_d_ptr = buffers.alloc<float>(int64_t(p.batch) * p.num_heads * p.seqlen_q_rounded);
+    p.accum_rows = (seqlen + TUNE_BLOCK_M - 1) / TUNE_BLOCK_M * TUNE_BLOCK_M;
+    p.dq_accum_ptr = buffers.alloc<float>(int64_t(p.batch) * p.num_heads * p.accum_rows * TUNE_HDIM);
+    p.softmax_d_ptr = buffers.alloc<float>(int64_t(p.batch) * p.num_heads * p.accum_rows);
     p.dq_semaphore_ptr = nullptr;
     const float ms = time_ms([&] { launch_bwd<Traits, kIsCausal>(p, 0); });
     std::printf("bwd causal=%d seqlen=%d smem=%d ms=%.4f tflops=%.1f\n", int(kIsCausal), seqlen, Traits::kSmemSize, ms,

@@ -1,0 +1,244 @@
+"""flash_attn_varlen_func and its packed variants: against the reference run per sequence (GPU),
+against the padded path, and the checks of cu_seqlens (CPU and GPU)."""
+
+import pytest
+import torch
+
+from conftest import assert_within_rule, poison_allocator, requires_gpu, skip_unbuilt
+from flash_attn_cuda import (
+    flash_attn_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from flash_attn_cuda.interface import _check_cu_seqlens
+from flash_attn_cuda.reference import attention_ref
+
+
+def cu_seqlens_of(lengths, device="cuda"):
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return torch.tensor(offsets, dtype=torch.int32, device=device)
+
+
+def random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, generator=gen)
+
+    q = randn(sum(lengths_q), nheads, head_dim)
+    k = randn(sum(lengths_k), nheads_k, head_dim)
+    v = randn(sum(lengths_k), nheads_k, head_dim)
+    dout = randn(sum(lengths_q), nheads, head_dim)
+    return q, k, v, dout
+
+
+def reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal):
+    """(out, dq, dk, dv) in float32 and in the inputs' dtype (the standard implementation), each
+    sequence computed on its own and the results concatenated."""
+    results = {True: [], False: []}
+    for upcast in (True, False):
+        leaves = [t.detach().float().requires_grad_() if upcast else t.detach().clone().requires_grad_()
+                  for t in (q, k, v)]
+        q_l, k_l, v_l = leaves
+        outs = []
+        for q_b, k_b, v_b in zip(q_l.split(lengths_q), k_l.split(lengths_k), v_l.split(lengths_k)):
+            out_b, _ = attention_ref(q_b[None], k_b[None], v_b[None], causal=causal, upcast=upcast)
+            outs.append(out_b[0])
+        out = torch.cat(outs)
+        grads = torch.autograd.grad(out, leaves, dout.float() if upcast else dout, allow_unused=True)
+        grads = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
+        results[upcast] = [out.detach(), *grads]
+    return results[True], results[False]
+
+
+def varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, **kwargs):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attn_varlen_func(*leaves, cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k), max(lengths_q),
+                                 max(lengths_k), causal=causal, **kwargs)
+    return [out, *torch.autograd.grad(out, leaves, dout)]
+
+
+# Per-sequence lengths, including 0, 1, one of the maximum and lengths off the block sizes.
+LENGTHS = [
+    ([1, 300, 0, 77, 512], [1, 300, 0, 77, 512]),
+    ([130, 1, 257, 0, 64], [33, 200, 257, 5, 0]),
+    ([1000, 3, 129], [17, 1100, 129]),
+]
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [40, 64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("nheads,nheads_k", [(4, 4), (6, 2)])
+@pytest.mark.parametrize("lengths", range(len(LENGTHS)))
+def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, lengths):
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = LENGTHS[lengths]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed=lengths + head_dim)
+    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal)
+    poison_allocator()
+    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal)
+    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
+        assert value.shape == ref.shape and value.dtype == dtype, name
+        assert_within_rule(name, value, ref, pt)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_of_equal_lengths_equals_padded(causal):
+    """The same tiles in the same order: bitwise equal outputs, lse and (deterministic) gradients."""
+    dtype, head_dim, batch, seqlen = torch.bfloat16, 64, 3, 333
+    skip_unbuilt(head_dim, dtype)
+    q, k, v, dout = random_varlen([seqlen] * batch, [seqlen] * batch, 4, 2, head_dim, dtype, seed=5)
+    cu = cu_seqlens_of([seqlen] * batch)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse, _ = flash_attn_varlen_func(*leaves, cu, cu, seqlen, seqlen, causal=causal, deterministic=True,
+                                         return_attn_probs=True)
+    grads = torch.autograd.grad(out, leaves, dout)
+    padded = [t.detach().view(batch, seqlen, *t.shape[1:]).clone().requires_grad_() for t in (q, k, v)]
+    out_p, lse_p, _ = flash_attn_func(*padded, causal=causal, deterministic=True, return_attn_probs=True)
+    grads_p = torch.autograd.grad(out_p, padded, dout.view(batch, seqlen, *dout.shape[1:]))
+    assert torch.equal(out, out_p.flatten(0, 1))
+    assert lse.shape == (4, batch * seqlen)
+    assert torch.equal(lse, lse_p.transpose(0, 1).flatten(1))
+    for name, g, g_p in zip(("dq", "dk", "dv"), grads, grads_p):
+        assert torch.equal(g, g_p.flatten(0, 1)), name
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_varlen_deterministic_is_bitwise_reproducible():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [700, 0, 1300, 9], [1500, 3, 1300, 0]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=6)
+    first = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, True, deterministic=True)
+    for _ in range(3):
+        again = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, True, deterministic=True)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_packed_variants_match_unpacked(causal):
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths = [45, 0, 300, 1]
+    cu, max_seqlen = cu_seqlens_of(lengths), max(lengths)
+    q, k, v, dout = random_varlen(lengths, lengths, 4, 4, head_dim, dtype, seed=7)
+    unpacked = varlen_out_and_grads(q, k, v, dout, lengths, lengths, causal, deterministic=True)
+
+    qkv = torch.stack([q, k, v], dim=1).requires_grad_()
+    out = flash_attn_varlen_qkvpacked_func(qkv, cu, max_seqlen, causal=causal, deterministic=True)
+    (dqkv,) = torch.autograd.grad(out, qkv, dout)
+    assert torch.equal(out, unpacked[0])
+    assert torch.equal(dqkv, torch.stack(unpacked[1:], dim=1))
+
+    q_leaf = q.detach().clone().requires_grad_()
+    kv = torch.stack([k, v], dim=1).requires_grad_()
+    out = flash_attn_varlen_kvpacked_func(q_leaf, kv, cu, cu, max_seqlen, max_seqlen, causal=causal,
+                                          deterministic=True)
+    dq, dkv = torch.autograd.grad(out, (q_leaf, kv), dout)
+    assert torch.equal(out, unpacked[0])
+    assert torch.equal(dq, unpacked[1]) and torch.equal(dkv, torch.stack(unpacked[2:], dim=1))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_varlen_torch_compile_fullgraph():
+    """Under torch.compile the offsets are not read back (no sync, no graph break)."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths = [100, 3, 250]
+    cu = cu_seqlens_of(lengths)
+    q, k, v, _ = random_varlen(lengths, lengths, 4, 2, head_dim, dtype, seed=8)
+
+    def loss_fn(q, k, v):
+        out = flash_attn_varlen_func(q, k, v, cu, cu, 250, 250, causal=True, deterministic=True)
+        return out.float().square().sum()
+
+    compiled = torch.compile(loss_fn, fullgraph=True)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    compiled(*leaves).backward()
+    eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    loss_fn(*eager).backward()
+    for a, b in zip(leaves, eager):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_varlen_bad_inputs_raise():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths = [10, 20]
+    q, k, v, _ = random_varlen(lengths, lengths, 4, 2, head_dim, dtype, seed=9)
+    cu = cu_seqlens_of(lengths)
+    with pytest.raises(TypeError, match="int32"):
+        flash_attn_varlen_func(q, k, v, cu.long(), cu, 20, 20)
+    with pytest.raises(ValueError, match="device"):
+        flash_attn_varlen_func(q, k, v, cu.cpu(), cu, 20, 20)
+    with pytest.raises(ValueError, match="batch \\+ 1"):
+        flash_attn_varlen_func(q, k, v, cu, cu[:2], 20, 20)
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 20, 19)
+    with pytest.raises(ValueError, match="multiple of nheads_k"):
+        flash_attn_varlen_func(q[:, :3], k, v, cu, cu, 20, 20)
+    with pytest.raises(ValueError, match="total_tokens, nheads, head_dim"):
+        flash_attn_varlen_func(q[None], k, v, cu, cu, 20, 20)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 20, 20, block_table=cu)
+
+
+def check(lengths_or_offsets_q, offsets_k=None, max_q=100, max_k=100, total_q=None, total_k=None, dtype=torch.int32):
+    cu_q = torch.tensor(lengths_or_offsets_q, dtype=dtype)
+    cu_k = cu_q if offsets_k is None else torch.tensor(offsets_k, dtype=dtype)
+    total_q = int(cu_q[-1]) if total_q is None else total_q
+    total_k = int(cu_k[-1]) if total_k is None else total_k
+    _check_cu_seqlens(cu_q, cu_k, max_q, max_k, total_q, total_k, torch.device("cpu"))
+
+
+def test_cu_seqlens_checks_accept_valid_offsets():
+    check([0, 5, 5, 12], [0, 0, 7, 7], max_q=7, max_k=7)
+    check([0])
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"lengths_or_offsets_q": [0, 5], "dtype": torch.int64}, TypeError, "int32"),
+        ({"lengths_or_offsets_q": [0, 5, 3]}, ValueError, "non-decreasing"),
+        ({"lengths_or_offsets_q": [2, 5]}, ValueError, "start at 0"),
+        ({"lengths_or_offsets_q": [0, 5], "total_q": 4}, ValueError, "end at the number of tokens"),
+        ({"lengths_or_offsets_q": [0, 5], "total_q": 6}, ValueError, "end at the number of tokens"),
+        ({"lengths_or_offsets_q": [0, 5, 9], "offsets_k": [0, 9]}, ValueError, "length batch \\+ 1"),
+        ({"lengths_or_offsets_q": [0, 5, 9], "max_q": 4}, ValueError, "max_seqlen_q \\(4\\)"),
+        ({"lengths_or_offsets_q": [0, 5], "offsets_k": [0, 8], "max_k": 7}, ValueError, "max_seqlen_k \\(7\\)"),
+        ({"lengths_or_offsets_q": [0, 5], "max_q": -1}, ValueError, "non-negative"),
+    ],
+)
+def test_cu_seqlens_checks_reject_bad_offsets(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        check(**kwargs)
+
+
+def test_cu_seqlens_must_be_1d():
+    cu = torch.tensor([[0, 5]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="1-D"):
+        _check_cu_seqlens(cu, cu, 5, 5, 5, 5, torch.device("cpu"))
+
+
+def test_varlen_packed_shapes_are_checked():
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="qkv must be"):
+        flash_attn_varlen_qkvpacked_func(torch.randn(8, 2, 2, 64), cu, 8)
+    with pytest.raises(ValueError, match="kv must be"):
+        flash_attn_varlen_kvpacked_func(torch.randn(8, 2, 64), torch.randn(8, 3, 2, 64), cu, cu, 8, 8)
