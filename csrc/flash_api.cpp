@@ -327,14 +327,15 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
     return {out, softmax_lse};
 }
 
-// Returns dq, dk, dv (contiguous, shaped like q, k, v). dk and dv of MQA/GQA are sums over the
-// query heads of each group, computed per query head by the kernel and reduced here. Layouts as
-// for fwd.
+// Returns dq, dk, dv shaped like q, k, v: written into dq_out, dk_out, dv_out where given (views
+// of one packed gradient, say), else newly allocated. dk and dv of MQA/GQA are sums over the query
+// heads of each group, computed per query head by the kernel and reduced here. Layouts as for fwd.
 std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                             const at::Tensor &out, const at::Tensor &softmax_lse, double softmax_scale, bool causal,
                             bool deterministic, const std::optional<at::Tensor> &cu_seqlens_q,
                             const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
-                            int64_t max_seqlen_k) {
+                            int64_t max_seqlen_k, const std::optional<at::Tensor> &dq_out,
+                            const std::optional<at::Tensor> &dk_out, const std::optional<at::Tensor> &dv_out) {
     const Problem p = check_problem(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
     check_qkv_like(out, "out", q);
     check_qkv_like(dout, "dout", q);
@@ -354,26 +355,41 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
                 " KB of shared memory per block; this GPU (sm", p.sm, ") allows ",
                 p.props->sharedMemPerBlockOptin / 1024, " KB");
 
-    at::Tensor dq = at::empty(q.sizes(), q.options());
+    auto output = [&](const std::optional<at::Tensor> &given, const char *name, const at::Tensor &like) {
+        if (!given.has_value()) {
+            return at::empty(like.sizes(), like.options());
+        }
+        check_qkv_like(*given, name, q);
+        TORCH_CHECK_VALUE(given->sizes() == like.sizes(), name, " must have the shape ", like.sizes(), ", got ",
+                          given->sizes());
+        return *given;
+    };
+    at::Tensor dq = output(dq_out, "dq", q);
+    at::Tensor dk = output(dk_out, "dk", k);
+    at::Tensor dv = output(dv_out, "dv", v);
+    // The kernel writes dk and dv with one set of strides, one head per query head: straight into
+    // dk and dv when they allow it, else into buffers reduced (MQA/GQA) or copied into them.
     const bool grouped = p.num_heads != p.num_heads_k;
+    const bool direct = !grouped && dk.strides() == dv.strides();
     std::vector<int64_t> expanded_shape = k.sizes().vec();
     expanded_shape[k.dim() - 2] = p.num_heads;
-    at::Tensor dk_expanded = at::empty(expanded_shape, q.options());
-    at::Tensor dv_expanded = at::empty(expanded_shape, q.options());
-    auto reduce_groups = [&](const at::Tensor &expanded) {
-        if (!grouped) {
-            return expanded;
+    at::Tensor dk_expanded = direct ? dk : at::empty(expanded_shape, q.options());
+    at::Tensor dv_expanded = direct ? dv : at::empty(expanded_shape, q.options());
+    auto finish = [&]() -> std::vector<at::Tensor> {
+        if (!direct) {
+            std::vector<int64_t> group_shape = k.sizes().vec();
+            group_shape.insert(group_shape.end() - 1, p.num_heads / p.num_heads_k);
+            at::sum_out(dk, dk_expanded.view(group_shape), -2);
+            at::sum_out(dv, dv_expanded.view(group_shape), -2);
         }
-        std::vector<int64_t> group_shape = k.sizes().vec();
-        group_shape.insert(group_shape.end() - 1, p.num_heads / p.num_heads_k);
-        return expanded.view(group_shape).sum(-2);
+        return {dq, dk, dv};
     };
     if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
         // No query or no key: every gradient is zero (the empty ones trivially).
         dq.zero_();
         dk_expanded.zero_();
         dv_expanded.zero_();
-        return {dq, reduce_groups(dk_expanded), reduce_groups(dv_expanded)};
+        return finish();
     }
 
     const int m_blocks = (p.seqlen_q + cfg.block_m - 1) / cfg.block_m;
@@ -420,7 +436,7 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
         (causal ? run_mha_bwd_<Element, kHeadDim, true> : run_mha_bwd_<Element, kHeadDim, false>)(params, stream);
     });
     check_launch(launched, p.head_dim, q.scalar_type(), p.sm);
-    return {dq, reduce_groups(dk_expanded), reduce_groups(dv_expanded)};
+    return finish();
 }
 
 py::tuple fwd_kernel_config(int head_dim, bool causal, int sm) {
@@ -464,7 +480,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("bwd", &bwd, "FlashAttention-2 backward: returns [dq, dk, dv]", py::arg("dout"), py::arg("q"),
           py::arg("k"), py::arg("v"), py::arg("out"), py::arg("softmax_lse"), py::arg("softmax_scale"),
           py::arg("causal"), py::arg("deterministic"), py::arg("cu_seqlens_q") = py::none(),
-          py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0);
+          py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0,
+          py::arg("dq") = py::none(), py::arg("dk") = py::none(), py::arg("dv") = py::none());
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps, num_stages) the forward dispatch table picks", py::arg("head_dim"),
           py::arg("causal"), py::arg("sm"));

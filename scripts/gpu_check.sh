@@ -4,7 +4,8 @@
 # TESTS=1|0, PYTEST_ARGS (split on spaces, so no quoted -k expressions; name test files or
 # node ids instead), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
-# (seconds allowed to the tests and to the benchmark each, default 1800).
+# (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
+# varlen benchmark, benchmarks/benchmark_varlen.py --json).
 # Logs go to $OUT (default ./gpu_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +65,12 @@ case "${BENCH:-quick}" in
         timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1
         cp benchmarks/results/attn_h100*.json "$OUT/" 2>/dev/null ;;
 esac
+
+if [ "${BENCH_VARLEN:-0}" = 1 ]; then
+    timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_varlen.py --json > "$OUT/bench_varlen.log" 2>&1 || failed=1
+    cp benchmarks/results/varlen_h100*.json "$OUT/" 2>/dev/null
+    summary+=("varlen benchmark: $(tail -1 "$OUT/bench_varlen.log")")
+fi
 
 echo "================ summary ================"
 grep -E "FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -20

@@ -53,3 +53,25 @@ def test_packed_shapes_are_checked():
         flash_attn_qkvpacked_func(torch.randn(1, 8, 2, 2, 64))
     with pytest.raises(ValueError, match="kv must be"):
         flash_attn_kvpacked_func(torch.randn(1, 8, 2, 64), torch.randn(1, 8, 3, 2, 64))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_qkvpacked_gradient_is_written_in_place():
+    """The backward writes dqkv as one tensor: beyond it, only the fp32 dq accumulator and D are
+    allocated (three separate gradients stacked by autograd would need dqkv twice)."""
+    dtype, head_dim = torch.bfloat16, 128
+    skip_unbuilt(head_dim, dtype)
+    qkv = torch.randn(1, 8192, 3, 16, head_dim, device="cuda", dtype=dtype).requires_grad_()
+    out = flash_attn_qkvpacked_func(qkv)
+    dout = torch.randn_like(out)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out.backward(dout)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    dqkv = qkv.numel() * qkv.element_size()
+    scratch = out.numel() * 4 + 16 * 8192 * 4
+    assert extra <= dqkv + scratch + 8 * 2**20, f"backward allocated {extra} bytes beyond {dqkv + scratch}"
+    assert qkv.grad.shape == qkv.shape and not qkv.grad.isnan().any()

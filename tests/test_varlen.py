@@ -11,7 +11,7 @@ from flash_attn_cuda import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
-from flash_attn_cuda.interface import _check_cu_seqlens
+from flash_attn_cuda.checks import check_cu_seqlens
 from flash_attn_cuda.reference import attention_ref
 
 
@@ -203,7 +203,7 @@ def check(lengths_or_offsets_q, offsets_k=None, max_q=100, max_k=100, total_q=No
     cu_k = cu_q if offsets_k is None else torch.tensor(offsets_k, dtype=dtype)
     total_q = int(cu_q[-1]) if total_q is None else total_q
     total_k = int(cu_k[-1]) if total_k is None else total_k
-    _check_cu_seqlens(cu_q, cu_k, max_q, max_k, total_q, total_k, torch.device("cpu"))
+    check_cu_seqlens(cu_q, cu_k, max_q, max_k, total_q, total_k, torch.device("cpu"))
 
 
 def test_cu_seqlens_checks_accept_valid_offsets():
@@ -233,7 +233,7 @@ def test_cu_seqlens_checks_reject_bad_offsets(kwargs, error, match):
 def test_cu_seqlens_must_be_1d():
     cu = torch.tensor([[0, 5]], dtype=torch.int32)
     with pytest.raises(ValueError, match="1-D"):
-        _check_cu_seqlens(cu, cu, 5, 5, 5, 5, torch.device("cpu"))
+        check_cu_seqlens(cu, cu, 5, 5, 5, 5, torch.device("cpu"))
 
 
 def test_varlen_packed_shapes_are_checked():

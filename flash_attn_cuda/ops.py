@@ -1,0 +1,196 @@
+"""The torch.library custom ops around the extension, with fake implementations (for
+torch.compile) and autograd. Each serves the padded layout (cu_seqlens None) and the varlen one."""
+
+from typing import Optional
+
+import torch
+
+from flash_attn_cuda import _extension
+
+
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_forward", mutates_args=())
+def _flash_attn_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """deterministic is only recorded for the backward pass."""
+    q, k, v = (_aligned(t) for t in (q, k, v))
+    out, softmax_lse = _extension.load().fwd(
+        q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
+    return out, softmax_lse
+
+
+@_flash_attn_forward.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
+    return q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+
+
+def _lse_shape(q, cu_seqlens_q):
+    """(batch, nheads, seqlen_q), varlen (nheads, total_q)."""
+    if cu_seqlens_q is None:
+        batch, seqlen_q, nheads, _ = q.shape
+        return (batch, nheads, seqlen_q)
+    total_q, nheads, _ = q.shape
+    return (nheads, total_q)
+
+
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_backward", mutates_args=())
+def _flash_attn_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dout, q, k, v, out = (_aligned(t) for t in (dout, q, k, v, out))
+    dq, dk, dv = _extension.load().bwd(
+        dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic, cu_seqlens_q, cu_seqlens_k,
+        max_seqlen_q, max_seqlen_k,
+    )
+    return dq, dk, dv
+
+
+@_flash_attn_backward.register_fake
+def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      causal, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _aligned(t):
+    """The kernels move 16 bytes at a time along a contiguous last dim: copy a tensor whose data,
+    strides or last dim do not allow it."""
+    if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic = inputs
+    out, softmax_lse = output
+    ctx.save_for_backward(q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
+    _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
+    ctx.mark_non_differentiable(softmax_lse)
+
+
+def _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
+    ctx.max_seqlen_q = max_seqlen_q
+    ctx.max_seqlen_k = max_seqlen_k
+    ctx.softmax_scale = softmax_scale
+    ctx.causal = causal
+    ctx.deterministic = deterministic
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = _flash_attn_backward(
+        dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
+        ctx.softmax_scale, ctx.causal, ctx.deterministic,
+    )
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_flash_attn_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _unpack(q, packed):
+    """q, k, v from a packed qkv (..., 3, nheads, head_dim) (q None) or from q and a packed kv
+    (..., 2, nheads_k, head_dim)."""
+    parts = packed.unbind(-3)
+    return parts if q is None else (q, *parts)
+
+
+# The packed ops take the packed tensor itself, so that its gradient is one tensor the backward
+# kernel writes into, not three that autograd would stack (a copy).
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_packed_forward", mutates_args=())
+def _flash_attn_packed_forward(
+    q: Optional[torch.Tensor],
+    packed: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_aligned(t) for t in _unpack(q, packed))
+    out, softmax_lse = _extension.load().fwd(
+        q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
+    return out, softmax_lse
+
+
+@_flash_attn_packed_forward.register_fake
+def _(q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
+    q = _unpack(q, packed)[0]
+    return q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flash_attn_cuda::_flash_attn_packed_backward", mutates_args=())
+def _flash_attn_packed_backward(
+    dout: torch.Tensor,
+    q: Optional[torch.Tensor],
+    packed: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (dq, dpacked); dq is empty when q is None (its gradient is in dpacked)."""
+    dpacked = torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
+    dq, dk, dv = _unpack(None if q is None else torch.empty(q.shape, dtype=q.dtype, device=q.device), dpacked)
+    dout, out = _aligned(dout), _aligned(out)
+    q_, k, v = (_aligned(t) for t in _unpack(q, packed))
+    _extension.load().bwd(
+        dout, q_, k, v, out, softmax_lse, softmax_scale, causal, deterministic, cu_seqlens_q, cu_seqlens_k,
+        max_seqlen_q, max_seqlen_k, dq=dq, dk=dk, dv=dv,
+    )
+    return (dq.new_empty(0) if q is None else dq), dpacked
+
+
+@_flash_attn_packed_backward.register_fake
+def _(dout, q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      causal, deterministic):
+    return (packed.new_empty(0) if q is None else q.new_empty(q.shape)), packed.new_empty(packed.shape)
+
+
+def _setup_packed_context(ctx, inputs, output):
+    q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic = inputs
+    out, softmax_lse = output
+    ctx.save_for_backward(q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
+    _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
+    ctx.mark_non_differentiable(softmax_lse)
+
+
+def _packed_backward(ctx, dout, _dlse):
+    q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dpacked = _flash_attn_packed_backward(
+        dout, q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
+        ctx.softmax_scale, ctx.causal, ctx.deterministic,
+    )
+    return (None if q is None else dq), dpacked, None, None, None, None, None, None, None
+
+
+_flash_attn_packed_forward.register_autograd(_packed_backward, setup_context=_setup_packed_context)
