@@ -41,10 +41,13 @@ def check_inputs(q, k, v, varlen=False):
 
 
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k, device):
-    """Every check of the varlen offsets. The value checks read cu_seqlens back to the host: one
-    device sync per forward call, skipped under torch.compile and CUDA graph capture, where it
-    cannot run (the kernels then clamp every sequence to the tensors, so bad offsets give wrong
-    rows but never out-of-bounds accesses)."""
+    """Every check of the varlen offsets. The checks of their values read them back to the host (a
+    device sync), once per cu_seqlens tensor: a tensor that passed is marked, and not read again
+    until it is modified in place (its version counter moves) or used with another total or
+    max_seqlen. So a model's layers and the backward pass share one sync per batch. The value checks
+    are skipped under torch.compile and CUDA graph capture, where they cannot run: the kernels then
+    clamp every sequence to the tensors, so bad offsets give wrong rows but never out-of-bounds
+    accesses."""
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
@@ -64,26 +67,32 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tot
             raise ValueError(f"{name} must be a non-negative int32, got {max_seqlen}")
     if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         return
-    offsets = torch.cat((cu_seqlens_q, cu_seqlens_k)).tolist()
-    batch = cu_seqlens_q.numel() - 1
-    for side, cu, total, max_seqlen in (
-        ("q", offsets[: batch + 1], total_q, max_seqlen_q),
-        ("k", offsets[batch + 1 :], total_k, max_seqlen_k),
-    ):
-        name = f"cu_seqlens_{side}"
-        if cu[0] != 0:
-            raise ValueError(f"{name} must start at 0, got {cu[0]}")
-        lengths = [end - start for start, end in zip(cu, cu[1:])]
-        if any(n < 0 for n in lengths):
-            raise ValueError(f"{name} must be non-decreasing, got {cu}")
-        if cu[-1] != total:
-            raise ValueError(
-                f"{name} must end at the number of tokens of {side} ({total}), got {cu[-1]}: every token "
-                f"belongs to one sequence"
-            )
-        longest = max(lengths, default=0)
-        if longest > max_seqlen:
-            raise ValueError(f"max_seqlen_{side} ({max_seqlen}) is smaller than a sequence of length {longest}")
+    _check_offsets(cu_seqlens_q, "q", total_q, max_seqlen_q)
+    _check_offsets(cu_seqlens_k, "k", total_k, max_seqlen_k)
+
+
+def _check_offsets(cu_seqlens, side, total, max_seqlen):
+    # Inference-mode tensors have no version counter: they are checked every time.
+    stamp = None if cu_seqlens.is_inference() else (cu_seqlens._version, total, max_seqlen)
+    if stamp is not None and getattr(cu_seqlens, "_flash_attn_cuda_checked", None) == stamp:
+        return
+    cu = cu_seqlens.tolist()
+    name = f"cu_seqlens_{side}"
+    if cu[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {cu[0]}")
+    lengths = [end - start for start, end in zip(cu, cu[1:])]
+    if any(n < 0 for n in lengths):
+        raise ValueError(f"{name} must be non-decreasing, got {cu}")
+    if cu[-1] != total:
+        raise ValueError(
+            f"{name} must end at the number of tokens of {side} ({total}), got {cu[-1]}: every token "
+            f"belongs to one sequence"
+        )
+    longest = max(lengths, default=0)
+    if longest > max_seqlen:
+        raise ValueError(f"max_seqlen_{side} ({max_seqlen}) is smaller than a sequence of length {longest}")
+    if stamp is not None:
+        cu_seqlens._flash_attn_cuda_checked = stamp
 
 
 def check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes):

@@ -242,3 +242,21 @@ def test_varlen_packed_shapes_are_checked():
         flash_attn_varlen_qkvpacked_func(torch.randn(8, 2, 2, 64), cu, 8)
     with pytest.raises(ValueError, match="kv must be"):
         flash_attn_varlen_kvpacked_func(torch.randn(8, 2, 64), torch.randn(8, 3, 2, 64), cu, cu, 8, 8)
+
+
+def test_cu_seqlens_are_read_once_until_modified(monkeypatch):
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    reads = []
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or real_tolist(t))
+    for _ in range(3):
+        check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
+    assert len(reads) == 1
+    cu[1] = 6
+    check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
+    assert len(reads) == 2
+    cu[2] = 11
+    with pytest.raises(ValueError, match="end at the number of tokens"):
+        check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
+    with pytest.raises(ValueError, match="end at the number of tokens"):
+        check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
