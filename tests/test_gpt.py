@@ -12,7 +12,7 @@ from flash_attn_cuda.models import GPT, GPT3_CONFIGS, GPTConfig, flops_per_token
 from flash_attn_cuda.modules import MHA, causal_attention
 from flash_attn_cuda.reference import attention_ref
 
-TINY = GPTConfig(n_layers=2, hidden=128, n_heads=2, vocab_size=97, max_seqlen=64)  # head dim 64
+TINY = GPTConfig(n_layers=2, hidden=128, n_heads=2, vocab_size=97, max_seqlen=128)  # head dim 64
 SDPA_FLAGS = {
     "sdpa_flash": torch.backends.cuda.flash_sdp_enabled,
     "sdpa_cudnn": torch.backends.cuda.cudnn_sdp_enabled,
@@ -122,6 +122,11 @@ def test_unknown_impl_raises():
         causal_attention("SDPA_MATH")
     with pytest.raises(ValueError, match="not a multiple"):
         MHA(100, 3, impl="sdpa_math")
+
+
+def test_sequence_longer_than_max_seqlen_raises():
+    with pytest.raises(ValueError, match="longer than max_seqlen"):
+        tiny_model("sdpa_math")(random_tokens(1, TINY.max_seqlen + 1))
 
 
 def loss_and_grads(model, tokens, autocast):

@@ -87,6 +87,8 @@ class GPT(nn.Module):
 
     def forward(self, input_ids):
         """input_ids (batch, seqlen) int64 -> logits (batch, seqlen, vocab_size)."""
+        if input_ids.shape[1] > self.config.max_seqlen:
+            raise ValueError(f"seqlen {input_ids.shape[1]} is longer than max_seqlen {self.config.max_seqlen}")
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.tok_emb(input_ids) + self.pos_emb(positions)
         for block in self.blocks:
