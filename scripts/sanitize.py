@@ -5,7 +5,7 @@ Every kernel runs: forward, backward preprocess, main and postprocess, determini
 
 import torch
 
-from flash_attn_cuda import _extension, flash_attn_func
+from flash_attn_cuda import _extension, flash_attn_func, flash_attn_varlen_func
 
 built = _extension.load().built_config()
 dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
@@ -19,3 +19,18 @@ for head_dim in sorted({min(built["head_dims"]) - 5, max(built["head_dims"])}):
             out.backward(torch.randn_like(out))
             torch.cuda.synchronize()
             print(f"d={head_dim} causal={causal} seqlen_q={seqlen_q} seqlen_k={seqlen_k}: ok")
+
+# Varlen: lengths 0, 1 and off the block sizes, the last sequence ending at the tensors' end.
+lengths_q, lengths_k = [0, 1, 130, 77], [5, 0, 190, 1]
+cu_q, cu_k = (torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+              for n in (lengths_q, lengths_k))
+head_dim = max(built["head_dims"])
+for causal in (False, True):
+    q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
+                                 deterministic=causal)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print(f"varlen d={head_dim} causal={causal}: ok")
