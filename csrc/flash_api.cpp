@@ -221,11 +221,13 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
         check_cu_seqlens(*cu_seqlens_k, "cu_seqlens_k", q);
         TORCH_CHECK_VALUE(cu_seqlens_k->numel() == cu_seqlens_q->numel(), "cu_seqlens_k must have the length of ",
                           "cu_seqlens_q (batch + 1 = ", cu_seqlens_q->numel(), "), got ", cu_seqlens_k->numel());
-        TORCH_CHECK_VALUE(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q <= INT32_MAX &&
-                              max_seqlen_k <= INT32_MAX,
-                          "max_seqlen_q and max_seqlen_k must be non-negative int32 values, got ", max_seqlen_q,
-                          " and ", max_seqlen_k);
-        TORCH_CHECK_VALUE(q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX, "at most 2^31 - 1 tokens");
+        // Below 2^30, so that rounding up to a block and adding a block per sequence stay in int.
+        constexpr int64_t kMaxRows = int64_t(1) << 30;
+        TORCH_CHECK_VALUE(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q < kMaxRows &&
+                              max_seqlen_k < kMaxRows,
+                          "max_seqlen_q and max_seqlen_k must be in [0, 2^30), got ", max_seqlen_q, " and ",
+                          max_seqlen_k);
+        TORCH_CHECK_VALUE(q.size(0) < kMaxRows && k.size(0) < kMaxRows, "at most 2^30 - 1 tokens");
         p.batch = cu_seqlens_q->numel() - 1;
         p.seqlen_q = max_seqlen_q;
         p.seqlen_k = max_seqlen_k;
@@ -348,7 +350,8 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
                       " on the device of q");
     at::cuda::CUDAGuard device_guard{q.device()};
 
-    const BwdTileConfig cfg = bwd_tile_config(p.head_dim, causal, p.sm);
+    // The kernels are built from the sm80 and sm90 entries of the table (flash_bwd_launch_template.h).
+    const BwdTileConfig cfg = bwd_tile_config(p.head_dim, causal, p.sm >= 90 ? 90 : 80);
     const int smem_needed = bwd_smem_bytes(cfg, p.head_dim);
     TORCH_CHECK(static_cast<size_t>(smem_needed) <= p.props->sharedMemPerBlockOptin,
                 "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,

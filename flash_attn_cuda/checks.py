@@ -43,7 +43,7 @@ def check_inputs(q, k, v, varlen=False):
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k, device):
     """Every check of the varlen offsets. The checks of their values read them back to the host (a
     device sync), once per cu_seqlens tensor: a tensor that passed is marked, and not read again
-    until it is modified in place (its version counter moves) or used with another total or
+    until it is modified in place (its version counter moves) or used with a new total or
     max_seqlen. So a model's layers and the backward pass share one sync per batch. The value checks
     are skipped under torch.compile and CUDA graph capture, where they cannot run: the kernels then
     clamp every sequence to the tensors, so bad offsets give wrong rows but never out-of-bounds
@@ -63,8 +63,8 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tot
             f"and {cu_seqlens_k.numel()}"
         )
     for name, max_seqlen in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not 0 <= max_seqlen < 2**31:
-            raise ValueError(f"{name} must be a non-negative int32, got {max_seqlen}")
+        if not 0 <= max_seqlen < 2**30:
+            raise ValueError(f"{name} must be in [0, 2**30), got {max_seqlen}")
     if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         return
     _check_offsets(cu_seqlens_q, "q", total_q, max_seqlen_q)
@@ -72,9 +72,13 @@ def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tot
 
 
 def _check_offsets(cu_seqlens, side, total, max_seqlen):
-    # Inference-mode tensors have no version counter: they are checked every time.
-    stamp = None if cu_seqlens.is_inference() else (cu_seqlens._version, total, max_seqlen)
-    if stamp is not None and getattr(cu_seqlens, "_flash_attn_cuda_checked", None) == stamp:
+    # The tensor keeps (version, data_ptr) and the (total, max_seqlen) pairs it passed with. Writes
+    # that bypass the version counter (through .data, DLPack or raw pointers) are not seen; the
+    # kernels' clamps still keep those in bounds. Inference-mode tensors have no version counter:
+    # they are checked every time.
+    state = None if cu_seqlens.is_inference() else (cu_seqlens._version, cu_seqlens.data_ptr())
+    stamps = getattr(cu_seqlens, "_flash_attn_cuda_checked", None)
+    if state is not None and stamps is not None and stamps[0] == state and (total, max_seqlen) in stamps[1]:
         return
     cu = cu_seqlens.tolist()
     name = f"cu_seqlens_{side}"
@@ -91,8 +95,9 @@ def _check_offsets(cu_seqlens, side, total, max_seqlen):
     longest = max(lengths, default=0)
     if longest > max_seqlen:
         raise ValueError(f"max_seqlen_{side} ({max_seqlen}) is smaller than a sequence of length {longest}")
-    if stamp is not None:
-        cu_seqlens._flash_attn_cuda_checked = stamp
+    if state is not None:
+        passed = stamps[1] if stamps is not None and stamps[0] == state else set()
+        cu_seqlens._flash_attn_cuda_checked = (state, passed | {(total, max_seqlen)})
 
 
 def check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes):

@@ -222,7 +222,8 @@ def test_cu_seqlens_checks_accept_valid_offsets():
         ({"lengths_or_offsets_q": [0, 5, 9], "offsets_k": [0, 9]}, ValueError, "length batch \\+ 1"),
         ({"lengths_or_offsets_q": [0, 5, 9], "max_q": 4}, ValueError, "max_seqlen_q \\(4\\)"),
         ({"lengths_or_offsets_q": [0, 5], "offsets_k": [0, 8], "max_k": 7}, ValueError, "max_seqlen_k \\(7\\)"),
-        ({"lengths_or_offsets_q": [0, 5], "max_q": -1}, ValueError, "non-negative"),
+        ({"lengths_or_offsets_q": [0, 5], "max_q": -1}, ValueError, "max_seqlen_q must be in"),
+        ({"lengths_or_offsets_q": [0, 5], "max_k": 2**30}, ValueError, "max_seqlen_k must be in"),
     ],
 )
 def test_cu_seqlens_checks_reject_bad_offsets(kwargs, error, match):
@@ -260,3 +261,33 @@ def test_cu_seqlens_are_read_once_until_modified(monkeypatch):
         check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
     with pytest.raises(ValueError, match="end at the number of tokens"):
         check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
+
+
+def test_cu_seqlens_shared_by_q_and_k_with_different_max_seqlen_are_read_once(monkeypatch):
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    reads = []
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or real_tolist(t))
+    for _ in range(3):
+        check_cu_seqlens(cu, cu, 7, 8, 12, 12, torch.device("cpu"))
+    assert len(reads) == 2
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_max_seqlen_above_the_longest_sequence(causal):
+    """A larger max_seqlen only adds thread blocks that find no rows: the same bits."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [70, 0, 200], [130, 5, 90]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=10)
+    cu_q, cu_k = cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k)
+    results = []
+    for extra in (0, 300):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_varlen_func(*leaves, cu_q, cu_k, max(lengths_q) + extra, max(lengths_k) + extra,
+                                     causal=causal, deterministic=True)
+        results.append([out, *torch.autograd.grad(out, leaves, dout)])
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
+        assert torch.equal(a, b), name
