@@ -245,11 +245,17 @@ def test_varlen_packed_shapes_are_checked():
         flash_attn_varlen_kvpacked_func(torch.randn(8, 2, 64), torch.randn(8, 3, 2, 64), cu, cu, 8, 8)
 
 
-def test_cu_seqlens_are_read_once_until_modified(monkeypatch):
-    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
-    reads = []
+@pytest.fixture
+def reads(monkeypatch):
+    """Records each read of a tensor back to the host (tolist)."""
+    calls = []
     real_tolist = torch.Tensor.tolist
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or real_tolist(t))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: calls.append(1) or real_tolist(t))
+    return calls
+
+
+def test_cu_seqlens_are_read_once_until_modified(reads):
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     for _ in range(3):
         check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
     assert len(reads) == 1
@@ -263,11 +269,8 @@ def test_cu_seqlens_are_read_once_until_modified(monkeypatch):
         check_cu_seqlens(cu, cu, 7, 7, 12, 12, torch.device("cpu"))
 
 
-def test_cu_seqlens_shared_by_q_and_k_with_different_max_seqlen_are_read_once(monkeypatch):
+def test_cu_seqlens_shared_by_q_and_k_with_different_max_seqlen_are_read_once(reads):
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
-    reads = []
-    real_tolist = torch.Tensor.tolist
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(1) or real_tolist(t))
     for _ in range(3):
         check_cu_seqlens(cu, cu, 7, 8, 12, 12, torch.device("cpu"))
     assert len(reads) == 2
