@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
 # Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
-# TESTS=1|0, PYTEST_ARGS (split on spaces, so no quoted -k expressions; name test files or
-# node ids instead), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
+# TESTS=1|0, PYTEST_ARGS (added to `pytest tests`, split on spaces, so no quoted -k expressions:
+# one word such as "-k fp16" (the dtype test ids are fp16 and bf16) or node ids), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
 # varlen benchmark, benchmarks/benchmark_varlen.py --json).

@@ -29,6 +29,11 @@ def kernel_skip_reason(head_dim, dtype):
     return None
 
 
+def dtype_id(dtype):
+    """Test ids fp16 / bf16, so that `pytest -k fp16` selects one dtype."""
+    return {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+
 requires_gpu = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
 
 

@@ -4,7 +4,7 @@ DESIGN.md; determinism, races, autograd and torch.compile (GPU)."""
 import pytest
 import torch
 
-from conftest import assert_within_rule, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
 from flash_attn_cuda import flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -45,7 +45,7 @@ def random_dout(q, seed):
     return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
@@ -59,7 +59,7 @@ def test_backward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k)
     assert_grads_within_rule(grads, q, k, v, dout, causal)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("nheads_k", [2, 1])
 @pytest.mark.parametrize("causal", [False, True])

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_within_rule, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
 from flash_attn_cuda import _extension, flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -31,7 +31,7 @@ def assert_lse_close(lse, q, k, causal, softmax_scale=None):
     torch.testing.assert_close(lse[~masked], lse_ref[~masked], rtol=0, atol=1e-3)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
@@ -47,7 +47,7 @@ def test_forward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k):
     assert_lse_close(lse, q, k, causal)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("nheads_k", [2, 1])
 @pytest.mark.parametrize("causal", [False, True])

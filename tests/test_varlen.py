@@ -4,7 +4,7 @@ against the padded path, and the checks of cu_seqlens (CPU and GPU)."""
 import pytest
 import torch
 
-from conftest import assert_within_rule, poison_allocator, requires_gpu, skip_unbuilt
+from conftest import assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
 from flash_attn_cuda import (
     flash_attn_func,
     flash_attn_varlen_func,
@@ -71,7 +71,7 @@ LENGTHS = [
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize("head_dim", [40, 64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nheads,nheads_k", [(4, 4), (6, 2)])
