@@ -128,27 +128,33 @@ def test_varlen_deterministic_is_bitwise_reproducible():
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_varlen_packed_variants_match_unpacked(causal):
+@pytest.mark.parametrize("nheads_k", [4, 2])
+def test_varlen_packed_variants_match_unpacked(causal, nheads_k):
+    """Bitwise equal to the unpacked function; with GQA (nheads_k 2) the backward sums each group's
+    dk, dv into the views of the packed gradient."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
-    lengths = [45, 0, 300, 1]
-    cu, max_seqlen = cu_seqlens_of(lengths), max(lengths)
-    q, k, v, dout = random_varlen(lengths, lengths, 4, 4, head_dim, dtype, seed=7)
-    unpacked = varlen_out_and_grads(q, k, v, dout, lengths, lengths, causal, deterministic=True)
-
-    qkv = torch.stack([q, k, v], dim=1).requires_grad_()
-    out = flash_attn_varlen_qkvpacked_func(qkv, cu, max_seqlen, causal=causal, deterministic=True)
-    (dqkv,) = torch.autograd.grad(out, qkv, dout)
-    assert torch.equal(out, unpacked[0])
-    assert torch.equal(dqkv, torch.stack(unpacked[1:], dim=1))
+    lengths_q, lengths_k = [45, 0, 300, 1], [60, 7, 280, 0]
+    if nheads_k == 4:
+        lengths_k = lengths_q
+    cu_q, cu_k = cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k)
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, nheads_k, head_dim, dtype, seed=7)
+    unpacked = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, deterministic=True)
 
     q_leaf = q.detach().clone().requires_grad_()
     kv = torch.stack([k, v], dim=1).requires_grad_()
-    out = flash_attn_varlen_kvpacked_func(q_leaf, kv, cu, cu, max_seqlen, max_seqlen, causal=causal,
+    out = flash_attn_varlen_kvpacked_func(q_leaf, kv, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
                                           deterministic=True)
     dq, dkv = torch.autograd.grad(out, (q_leaf, kv), dout)
     assert torch.equal(out, unpacked[0])
     assert torch.equal(dq, unpacked[1]) and torch.equal(dkv, torch.stack(unpacked[2:], dim=1))
+
+    if nheads_k == 4:
+        qkv = torch.stack([q, k, v], dim=1).requires_grad_()
+        out = flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lengths_q), causal=causal, deterministic=True)
+        (dqkv,) = torch.autograd.grad(out, qkv, dout)
+        assert torch.equal(out, unpacked[0])
+        assert torch.equal(dqkv, torch.stack(unpacked[1:], dim=1))
 
 
 @pytest.mark.gpu
