@@ -22,6 +22,16 @@ def _flash_attn_forward(
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """deterministic is only recorded for the backward pass."""
+    return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+
+
+@_flash_attn_forward.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
+    return _forward_like(q, cu_seqlens_q)
+
+
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+    """(out, softmax_lse) from the extension."""
     q, k, v = (_aligned(t) for t in (q, k, v))
     out, softmax_lse = _extension.load().fwd(
         q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
@@ -29,18 +39,16 @@ def _flash_attn_forward(
     return out, softmax_lse
 
 
-@_flash_attn_forward.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
-    return q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
-
-
-def _lse_shape(q, cu_seqlens_q):
-    """(batch, nheads, seqlen_q), varlen (nheads, total_q)."""
+def _forward_like(q, cu_seqlens_q):
+    """Empty (out, softmax_lse) of the forward's shapes: softmax_lse (batch, nheads, seqlen_q), varlen
+    (nheads, total_q)."""
     if cu_seqlens_q is None:
         batch, seqlen_q, nheads, _ = q.shape
-        return (batch, nheads, seqlen_q)
-    total_q, nheads, _ = q.shape
-    return (nheads, total_q)
+        lse_shape = (batch, nheads, seqlen_q)
+    else:
+        total_q, nheads, _ = q.shape
+        lse_shape = (nheads, total_q)
+    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("flash_attn_cuda::_flash_attn_backward", mutates_args=())
@@ -59,18 +67,26 @@ def _flash_attn_backward(
     causal: bool,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dout, q, k, v, out = (_aligned(t) for t in (dout, q, k, v, out))
-    dq, dk, dv = _extension.load().bwd(
-        dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic, cu_seqlens_q, cu_seqlens_k,
-        max_seqlen_q, max_seqlen_k,
+    return _backward_into(
+        dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+        causal, deterministic,
     )
-    return dq, dk, dv
 
 
 @_flash_attn_backward.register_fake
 def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       causal, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _backward_into(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                   softmax_scale, causal, deterministic, dq=None, dk=None, dv=None):
+    """(dq, dk, dv) from the extension, written into dq, dk, dv where given."""
+    dout, q, k, v, out = (_aligned(t) for t in (dout, q, k, v, out))
+    return tuple(_extension.load().bwd(
+        dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic, cu_seqlens_q, cu_seqlens_k,
+        max_seqlen_q, max_seqlen_k, dq=dq, dk=dk, dv=dv,
+    ))
 
 
 def _aligned(t):
@@ -130,17 +146,12 @@ def _flash_attn_packed_forward(
     causal: bool,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    q, k, v = (_aligned(t) for t in _unpack(q, packed))
-    out, softmax_lse = _extension.load().fwd(
-        q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
-    )
-    return out, softmax_lse
+    return _forward(*_unpack(q, packed), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
 
 
 @_flash_attn_packed_forward.register_fake
 def _(q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
-    q = _unpack(q, packed)[0]
-    return q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)
+    return _forward_like(_unpack(q, packed)[0], cu_seqlens_q)
 
 
 @torch.library.custom_op("flash_attn_cuda::_flash_attn_packed_backward", mutates_args=())
@@ -160,14 +171,13 @@ def _flash_attn_packed_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (dq, dpacked); dq is empty when q is None (its gradient is in dpacked)."""
     dpacked = torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
-    dq, dk, dv = _unpack(None if q is None else torch.empty(q.shape, dtype=q.dtype, device=q.device), dpacked)
-    dout, out = _aligned(dout), _aligned(out)
-    q_, k, v = (_aligned(t) for t in _unpack(q, packed))
-    _extension.load().bwd(
-        dout, q_, k, v, out, softmax_lse, softmax_scale, causal, deterministic, cu_seqlens_q, cu_seqlens_k,
-        max_seqlen_q, max_seqlen_k, dq=dq, dk=dk, dv=dv,
+    dq = None if q is None else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dq_, dk, dv = _unpack(dq, dpacked)
+    _backward_into(
+        dout, *_unpack(q, packed), out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, deterministic, dq=dq_, dk=dk, dv=dv,
     )
-    return (dq.new_empty(0) if q is None else dq), dpacked
+    return (dpacked.new_empty(0) if q is None else dq), dpacked
 
 
 @_flash_attn_packed_backward.register_fake
