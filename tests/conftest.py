@@ -58,6 +58,34 @@ def random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, see
     return q, k, v
 
 
+def grads_of(fn, inputs, dout):
+    """(fn(*leaves), the gradients of the leaves) for fresh leaf copies of inputs."""
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    out = fn(*leaves)
+    return out, torch.autograd.grad(out, leaves, dout)
+
+
+def peak_extra_bytes(fn):
+    """(fn(), the most memory allocated while it ran beyond what was allocated before)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before
+
+
+def assert_compiled_grads_equal_eager(loss_fn, inputs):
+    """torch.compile(fullgraph=True) of loss_fn gives bitwise the gradients of eager loss_fn."""
+    compiled = torch.compile(loss_fn, fullgraph=True)
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    compiled(*leaves).backward()
+    eager = [t.detach().clone().requires_grad_() for t in inputs]
+    loss_fn(*eager).backward()
+    for a, b in zip(leaves, eager):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
 def assert_within_rule(name, value, value_ref, value_pt):
     """The numerics rule of DESIGN.md: max|x - x_ref| <= 2 max|x_pt - x_ref| + 1e-5, x_ref in float32
     and x_pt from the standard implementation in the inputs' dtype; NaN fails."""

@@ -4,7 +4,17 @@ DESIGN.md; determinism, races, autograd and torch.compile (GPU)."""
 import pytest
 import torch
 
-from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from conftest import (
+    assert_compiled_grads_equal_eager,
+    assert_within_rule,
+    dtype_id,
+    grads_of,
+    peak_extra_bytes,
+    poison_allocator,
+    random_qkv,
+    requires_gpu,
+    skip_unbuilt,
+)
 from flash_attn_cuda import flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -28,9 +38,7 @@ def reference_grads(q, k, v, dout, causal, softmax_scale=None):
 
 
 def flash_grads(q, k, v, dout, causal, **kwargs):
-    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = flash_attn_func(q, k, v, causal=causal, **kwargs)
-    return torch.autograd.grad(out, (q, k, v), dout)
+    return grads_of(lambda *qkv: flash_attn_func(*qkv, causal=causal, **kwargs), (q, k, v), dout)[1]
 
 
 def assert_grads_within_rule(grads, q, k, v, dout, causal, softmax_scale=None):
@@ -174,12 +182,7 @@ def test_backward_memory_is_linear_in_seqlen():
     q, k, v = (t.requires_grad_() for t in random_qkv(1, 8192, 8192, 16, 16, head_dim, dtype, seed=24))
     out = flash_attn_func(q, k, v)
     dout = random_dout(q, 25)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out.backward(dout)
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - before
+    _, extra = peak_extra_bytes(lambda: out.backward(dout))
     grads = 3 * q.numel() * q.element_size()
     scratch = q.numel() * 4 + 16 * 8192 * 4
     assert extra <= grads + scratch + 8 * 2**20, f"backward allocated {extra} bytes beyond {grads + scratch}"
@@ -193,10 +196,4 @@ def test_torch_compile_fullgraph_training_step():
     def loss_fn(q, k, v):
         return flash_attn_func(q, k, v, causal=True, deterministic=True).float().square().sum()
 
-    compiled = torch.compile(loss_fn, fullgraph=True)
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    compiled(*leaves).backward()
-    eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    loss_fn(*eager).backward()
-    for a, b in zip(leaves, eager):
-        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    assert_compiled_grads_equal_eager(loss_fn, (q, k, v))

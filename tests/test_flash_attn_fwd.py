@@ -5,7 +5,15 @@ import math
 import pytest
 import torch
 
-from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from conftest import (
+    assert_within_rule,
+    dtype_id,
+    peak_extra_bytes,
+    poison_allocator,
+    random_qkv,
+    requires_gpu,
+    skip_unbuilt,
+)
 from flash_attn_cuda import _extension, flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -160,12 +168,7 @@ def test_forward_memory_is_linear_in_seqlen():
     dtype, head_dim = torch.bfloat16, 128
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(1, 8192, 8192, 16, 16, head_dim, dtype, seed=6)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - before
+    (out, lse, _), extra = peak_extra_bytes(lambda: flash_attn_func(q, k, v, return_attn_probs=True))
     outputs = out.numel() * out.element_size() + lse.numel() * lse.element_size()
     # The allocator rounds each block up to at most 2 MiB.
     assert extra <= outputs + 4 * 2**20, f"forward allocated {extra} bytes for {outputs} bytes of outputs"

@@ -4,14 +4,8 @@ and their shape checks (CPU)."""
 import pytest
 import torch
 
-from conftest import random_qkv, requires_gpu, skip_unbuilt
+from conftest import grads_of, peak_extra_bytes, random_qkv, requires_gpu, skip_unbuilt
 from flash_attn_cuda import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
-
-
-def grads_of(fn, inputs, dout):
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    out = fn(*leaves)
-    return out, torch.autograd.grad(out, leaves, dout)
 
 
 @pytest.mark.gpu
@@ -65,12 +59,7 @@ def test_qkvpacked_gradient_is_written_in_place():
     qkv = torch.randn(1, 8192, 3, 16, head_dim, device="cuda", dtype=dtype).requires_grad_()
     out = flash_attn_qkvpacked_func(qkv)
     dout = torch.randn_like(out)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out.backward(dout)
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - before
+    _, extra = peak_extra_bytes(lambda: out.backward(dout))
     dqkv = qkv.numel() * qkv.element_size()
     scratch = out.numel() * 4 + 16 * 8192 * 4
     assert extra <= dqkv + scratch + 8 * 2**20, f"backward allocated {extra} bytes beyond {dqkv + scratch}"

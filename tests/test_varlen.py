@@ -4,7 +4,15 @@ against the padded path, and the checks of cu_seqlens (CPU and GPU)."""
 import pytest
 import torch
 
-from conftest import assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
+from conftest import (
+    assert_compiled_grads_equal_eager,
+    assert_within_rule,
+    dtype_id,
+    grads_of,
+    poison_allocator,
+    requires_gpu,
+    skip_unbuilt,
+)
 from flash_attn_cuda import (
     flash_attn_func,
     flash_attn_varlen_func,
@@ -54,11 +62,15 @@ def reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal):
     return results[True], results[False]
 
 
-def varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, **kwargs):
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out = flash_attn_varlen_func(*leaves, cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k), max(lengths_q),
-                                 max(lengths_k), causal=causal, **kwargs)
-    return [out, *torch.autograd.grad(out, leaves, dout)]
+def varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, extra_max_seqlen=0, **kwargs):
+    """[out, dq, dk, dv] of flash_attn_varlen_func, max_seqlen being the longest sequence plus
+    extra_max_seqlen."""
+    out, grads = grads_of(
+        lambda *qkv: flash_attn_varlen_func(*qkv, cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k),
+                                            max(lengths_q) + extra_max_seqlen, max(lengths_k) + extra_max_seqlen,
+                                            causal=causal, **kwargs),
+        (q, k, v), dout)
+    return [out, *grads]
 
 
 # Per-sequence lengths, including 0, 1, one of the maximum and lengths off the block sizes.
@@ -141,18 +153,18 @@ def test_varlen_packed_variants_match_unpacked(causal, nheads_k):
     q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, nheads_k, head_dim, dtype, seed=7)
     unpacked = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, deterministic=True)
 
-    q_leaf = q.detach().clone().requires_grad_()
-    kv = torch.stack([k, v], dim=1).requires_grad_()
-    out = flash_attn_varlen_kvpacked_func(q_leaf, kv, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
-                                          deterministic=True)
-    dq, dkv = torch.autograd.grad(out, (q_leaf, kv), dout)
+    out, (dq, dkv) = grads_of(
+        lambda q_, kv: flash_attn_varlen_kvpacked_func(q_, kv, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                                       causal=causal, deterministic=True),
+        (q, torch.stack([k, v], dim=1)), dout)
     assert torch.equal(out, unpacked[0])
     assert torch.equal(dq, unpacked[1]) and torch.equal(dkv, torch.stack(unpacked[2:], dim=1))
 
     if nheads_k == 4:
-        qkv = torch.stack([q, k, v], dim=1).requires_grad_()
-        out = flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lengths_q), causal=causal, deterministic=True)
-        (dqkv,) = torch.autograd.grad(out, qkv, dout)
+        out, (dqkv,) = grads_of(
+            lambda qkv: flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lengths_q), causal=causal,
+                                                         deterministic=True),
+            (torch.stack([q, k, v], dim=1),), dout)
         assert torch.equal(out, unpacked[0])
         assert torch.equal(dqkv, torch.stack(unpacked[1:], dim=1))
 
@@ -171,13 +183,7 @@ def test_varlen_torch_compile_fullgraph():
         out = flash_attn_varlen_func(q, k, v, cu, cu, 250, 250, causal=True, deterministic=True)
         return out.float().square().sum()
 
-    compiled = torch.compile(loss_fn, fullgraph=True)
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    compiled(*leaves).backward()
-    eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    loss_fn(*eager).backward()
-    for a, b in zip(leaves, eager):
-        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    assert_compiled_grads_equal_eager(loss_fn, (q, k, v))
 
 
 @pytest.mark.gpu
@@ -291,12 +297,7 @@ def test_varlen_max_seqlen_above_the_longest_sequence(causal):
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = [70, 0, 200], [130, 5, 90]
     q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=10)
-    cu_q, cu_k = cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k)
-    results = []
-    for extra in (0, 300):
-        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-        out = flash_attn_varlen_func(*leaves, cu_q, cu_k, max(lengths_q) + extra, max(lengths_k) + extra,
-                                     causal=causal, deterministic=True)
-        results.append([out, *torch.autograd.grad(out, leaves, dout)])
+    results = [varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, extra, deterministic=True)
+               for extra in (0, 300)]
     for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
         assert torch.equal(a, b), name
