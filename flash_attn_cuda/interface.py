@@ -33,13 +33,15 @@ def flash_attn_func(
     """
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(_flash_attn_forward, (q, k, v), q.shape[-1], None, None, 0, 0, softmax_scale, causal,
+    return _attention(_flash_attn_forward, (q, k, v), None, None, 0, 0, softmax_scale, causal,
                       deterministic, return_attn_probs)
 
 
-def _attention(op, tensors, head_dim, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+def _attention(op, tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                deterministic, return_attn_probs):
-    """op (a forward custom op) on checked tensors (q, k, v, or packed ones) of either layout."""
+    """op (a forward custom op) on checked tensors (q, k, v, or packed ones) of either layout; the
+    last of them is never None and has the head dim last."""
+    head_dim = tensors[-1].shape[-1]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
@@ -81,7 +83,7 @@ def flash_attn_qkvpacked_func(
     q, k, v = _unpack_checked(qkv, 3, "(batch, seqlen, 3, nheads, head_dim)", "qkv")
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(_flash_attn_packed_forward, (None, qkv), q.shape[-1], None, None, 0, 0, softmax_scale,
+    return _attention(_flash_attn_packed_forward, (None, qkv), None, None, 0, 0, softmax_scale,
                       causal, deterministic, return_attn_probs)
 
 
@@ -102,7 +104,7 @@ def flash_attn_kvpacked_func(
     k, v = _unpack_checked(kv, 2, "(batch, seqlen_k, 2, nheads_k, head_dim)", "kv")
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(_flash_attn_packed_forward, (q, kv), q.shape[-1], None, None, 0, 0, softmax_scale, causal,
+    return _attention(_flash_attn_packed_forward, (q, kv), None, None, 0, 0, softmax_scale, causal,
                       deterministic, return_attn_probs)
 
 
@@ -145,7 +147,7 @@ def flash_attn_varlen_func(
         raise NotImplementedError("flash_attn_cuda: block_table (paged KV cache) is not implemented yet")
     _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(_flash_attn_forward, (q, k, v), q.shape[-1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    return _attention(_flash_attn_forward, (q, k, v), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, softmax_scale, causal, deterministic, return_attn_probs)
 
 
@@ -167,7 +169,7 @@ def flash_attn_varlen_qkvpacked_func(
     q, k, v = _unpack_checked(qkv, 3, "(total, 3, nheads, head_dim)", "qkv")
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(_flash_attn_packed_forward, (None, qkv), q.shape[-1], cu_seqlens, cu_seqlens, max_seqlen,
+    return _attention(_flash_attn_packed_forward, (None, qkv), cu_seqlens, cu_seqlens, max_seqlen,
                       max_seqlen, softmax_scale, causal, deterministic, return_attn_probs)
 
 
@@ -192,5 +194,5 @@ def flash_attn_varlen_kvpacked_func(
     k, v = _unpack_checked(kv, 2, "(total_k, 2, nheads_k, head_dim)", "kv")
     _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(_flash_attn_packed_forward, (q, kv), q.shape[-1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    return _attention(_flash_attn_packed_forward, (q, kv), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k, softmax_scale, causal, deterministic, return_attn_probs)
