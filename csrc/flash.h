@@ -55,8 +55,9 @@ struct Flash_bwd_params : Flash_fwd_params {
     // the backward's kBlockM; varlen: per head, total_q + batch * kBlockM, sequence b starting at row
     // cu_seqlens_q[b] + b * kBlockM (BlockInfo::accum_row0).
     int accum_rows;
-    // (batch, nheads, accum_rows, head_dim) fp32 (varlen: (nheads, accum_rows, head_dim)): dQ
-    // accumulated over the KV blocks.
+    // (batch, nheads, accum_rows * head_dim) fp32 (varlen: (nheads, accum_rows * head_dim)): dQ
+    // accumulated over the KV blocks, each Q block's kBlockM * head_dim floats in the main kernel's
+    // register order (dq_accum.h).
     float *__restrict__ dq_accum_ptr;
     // (batch, nheads, accum_rows) fp32 (varlen: (nheads, accum_rows)): D = rowsum(dO * O).
     float *__restrict__ softmax_d_ptr;

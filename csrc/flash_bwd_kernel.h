@@ -12,21 +12,12 @@
 #include "flash.h"
 #include "mask.h"
 #include "block_semaphore.h"
+#include "dq_accum.h"
 #include "utils.h"
 
 namespace flash {
 
 using namespace cute;
-
-// dst[0] += a, dst[1] += b (dst 8-byte aligned), in one atomic where the GPU has it.
-__device__ inline void atomic_add_pair(float *dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(a, b));
-#else
-    atomicAdd(dst, a);
-    atomicAdd(dst + 1, b);
-#endif
-}
 
 template <typename Traits, bool kIsCausal>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ Flash_bwd_params params) {
@@ -82,10 +73,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     Tensor gdV = local_tile(k_rows(params.dv_ptr, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride, bidh),
                             tile_kv, make_coord(n_block, 0));
     const int64_t accum_row0 = binfo.accum_row0<kBlockM>(params, bidh);
-    Tensor gdQaccum = local_tile(make_tensor(make_gmem_ptr(params.dq_accum_ptr + accum_row0 * kHeadDim),
-                                             make_shape(m_block_max * kBlockM, Int<kHeadDim>{}),
-                                             make_stride(Int<kHeadDim>{}, _1{})),
-                                 tile_qo, make_coord(_, 0));
+    // This (batch, head)'s dQ accumulator, one block of kBlockM x kHeadDim floats per Q block.
+    float *dq_accum = params.dq_accum_ptr + accum_row0 * kHeadDim;
     const float *lse = params.softmax_lse_ptr + binfo.lse_row0(params, bidh);
     const float *dsum = params.softmax_d_ptr + accum_row0;
     int *semaphore = params.dq_semaphore_ptr == nullptr
@@ -167,8 +156,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     auto smem_copy_dq_b = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
     Tensor tdQsdS = smem_copy_dq_a.get_thread_slice(tidx).partition_S(sdS);
     Tensor tdQsKt = smem_copy_dq_b.get_thread_slice(tidx).partition_S(sKt);
-    Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_qo));
-    Tensor tdQcdQ_rows = make_tensor(tdQcdQ.data(), rowcol(tdQcdQ.layout()));
 
     // Line 7.
     Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
@@ -257,14 +244,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         if (semaphore != nullptr) {
             semaphore_wait(semaphore + m_block, n_block);
         }
-        Tensor dq = make_tensor(acc_dq.data(), rowcol(acc_dq.layout()));
-        Tensor gdQ = gdQaccum(_, _, m_block);
+        float *dq_tile = dq_accum + int64_t(m_block) * kBlockM * kHeadDim;
+        static_assert(decltype(size(acc_dq))::value % 4 == 0);
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(dq); ++r) {
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(dq); c += 2) {
-                atomic_add_pair(&gdQ(get<0>(tdQcdQ_rows(r, c)), get<1>(tdQcdQ_rows(r, c))), dq(r, c), dq(r, c + 1));
-            }
+        for (int i = 0; i < size(acc_dq); i += 4) {
+            atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(i, tidx),
+                        make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
         }
         if (semaphore != nullptr) {
             semaphore_release(semaphore + m_block);

@@ -46,8 +46,8 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
         return;
     }
 
-    const dim3 grid_post(cute::ceil_div(params.seqlen_q, kRowsPerBlock), params.batch, params.num_heads);
-    flash::flash_bwd_postprocess_kernel<Element, kHeadDim, kBlockM><<<grid_post, flash::kRowKernelThreads, 0, stream>>>(params);
+    const dim3 grid_post(cute::ceil_div(params.seqlen_q, kBlockM), params.batch, params.num_heads);
+    flash::flash_bwd_postprocess_kernel<Traits><<<grid_post, Traits::kNThreads, 0, stream>>>(params);
 }
 
 template <typename Element, int kHeadDim, bool kIsCausal>
