@@ -10,7 +10,7 @@
 
 namespace flash {
 
-// Pre- and postprocess kernels: each thread handles 16 bytes of a row.
+// The preprocess kernel: each thread handles 16 bytes of a row.
 constexpr int kRowKernelThreads = 256;
 
 // A row of kHeadDim elements in kChunks chunks of 16 bytes, one per thread; the threads of a row
