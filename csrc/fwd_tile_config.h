@@ -11,9 +11,10 @@ struct FwdTileConfig {
 
 // Chosen on H100 (sm_90) with benchmarks/tune/tune.sh, bf16, the paper's grid; the numbers
 // behind each entry are in benchmarks/NOTES.md. sm_8x uses the same table: no A100 was available
-// to tune on. The d=128 non-causal entry spills (ptxas -v: ~260 bytes) and is still the fastest
-// shape up to seqlen 2k; the others compile without spills.
+// to tune on. The d=128 entry spills (ptxas -v: 212 bytes) and is still the fastest shape up to
+// seqlen 4k; the others compile without spills.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool causal, int sm) {
+    (void)causal;
     (void)sm;
     switch (head_dim) {
         case 32:
@@ -21,10 +22,9 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool causal, int sm) {
         case 96:
             return {128, 64, 4, 1};
         case 128:
-            // Causal: 128x128 on 8 warps beats 128x64 on 4 at 2k and 8k (284 / 328 vs 280 / 319
-            // TFLOPs/s); non-causal: 128x64 on 4 warps is faster up to 2k (298 / 338 vs 278 / 332)
-            // and 2% slower at 8k.
-            return causal ? FwdTileConfig{128, 128, 8, 1} : FwdTileConfig{128, 64, 4, 1};
+            // 128x64 on 4 warps beats 128x128 on 8 at 512-4k: causal by 1-12% (run 12: 264 / 302
+            // vs 240 / 282 TFLOPs/s at 1k / 2k), non-causal by 10-16%.
+            return {128, 64, 4, 1};
         case 160:
         case 192:
         case 224:

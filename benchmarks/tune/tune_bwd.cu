@@ -1,7 +1,8 @@
 // Times one backward tile shape (preprocess + main kernel + postprocess), chosen at compile time
 // (TUNE_HDIM, TUNE_BLOCK_M, TUNE_BLOCK_N, TUNE_WARPS, TUNE_ATOM_SDP, TUNE_ATOM_DKV, TUNE_ATOM_DQ,
-// TUNE_STAGES), over part of the paper's grid: the data behind csrc/bwd_tile_config.h. O and L
-// come from the forward kernel of the dispatch table. Built and run by tune.sh.
+// TUNE_STAGES), over part of the paper's grid (the environment variable TUNE_SEQLENS, e.g.
+// "1024,4096", picks the sequence lengths): the data behind csrc/bwd_tile_config.h. O and L come
+// from the forward kernel of the dispatch table. Built and run by tune.sh.
 #include "flash_bwd_launch_template.h"
 #include "flash_fwd_launch_template.h"
 #include "tune_common.h"
@@ -36,7 +37,7 @@ void time_config(int seqlen, uint32_t seed) {
 }
 
 int main() {
-    for (int seqlen : {1024, 4096, 16384}) {
+    for (int seqlen : seqlens_from_env({1024, 4096, 16384})) {
         time_config<false>(seqlen, 17u * seqlen);
         time_config<true>(seqlen, 31u * seqlen);
     }

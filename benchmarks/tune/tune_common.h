@@ -93,6 +93,23 @@ float time_ms(Launch launch) {
     return ms / iters;
 }
 
+// The sequence lengths to time: $TUNE_SEQLENS (comma-separated) if set, else the defaults.
+inline std::vector<int> seqlens_from_env(std::vector<int> defaults) {
+    const char *env = std::getenv("TUNE_SEQLENS");
+    if (env == nullptr) {
+        return defaults;
+    }
+    std::vector<int> seqlens;
+    for (char *end; *env != '\0'; env = *end == ',' ? end + 1 : end) {
+        seqlens.push_back(static_cast<int>(std::strtol(env, &end, 10)));
+        if (end == env) {
+            std::fprintf(stderr, "TUNE_SEQLENS: expected comma-separated integers\n");
+            std::exit(1);
+        }
+    }
+    return seqlens;
+}
+
 inline double forward_flops(int seqlen, int d, bool causal) {
     return 4.0 * seqlen * double(seqlen) * d * (2048 / d) * (16384 / seqlen) / (causal ? 2 : 1);
 }

@@ -1,6 +1,7 @@
 // Times one forward tile shape, chosen at compile time (TUNE_HDIM, TUNE_BLOCK_M, TUNE_BLOCK_N,
-// TUNE_WARPS), over part of the paper's grid: the data behind csrc/fwd_tile_config.h.
-// Built and run by tune.sh, one binary per shape.
+// TUNE_WARPS), over part of the paper's grid (the environment variable TUNE_SEQLENS, e.g.
+// "512,1024", picks the sequence lengths): the data behind csrc/fwd_tile_config.h. Built and run by
+// tune.sh, one binary per shape.
 #include "flash_fwd_launch_template.h"
 #include "tune_common.h"
 
@@ -17,7 +18,7 @@ void time_config(int seqlen, uint32_t seed) {
 }
 
 int main() {
-    for (int seqlen : {512, 2048, 8192}) {
+    for (int seqlen : seqlens_from_env({512, 2048, 8192})) {
         time_config<false>(seqlen, 17u * seqlen);
         time_config<true>(seqlen, 31u * seqlen);
     }
