@@ -6,11 +6,15 @@
 # SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
 # varlen benchmark, benchmarks/benchmark_varlen.py --json).
-# Logs go to $OUT (default ./gpu_out).
+# Results (the benchmarks' JSON files, tune.txt) go to $OUT (default ./gpu_out), the logs into
+# $OUT/logs.tgz, packed on exit: the device tool brings back at most 8 files from $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
+LOG=$(mktemp -d)
 mkdir -p "$OUT"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOG" .' EXIT
+trap 'exit 143' TERM
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90} MAX_JOBS=${MAX_JOBS:-16}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -25,58 +29,59 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$LOG/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$LOG/gpu.txt"
 
 start=$(date +%s)
-if python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+if python3 setup.py build_ext --inplace > "$LOG/build.log" 2>&1; then
     summary+=("build: ok in $(( $(date +%s) - start )) s (archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_HDIMS:-all} dtypes=${FLASH_ATTN_DTYPES:-all})")
 else
-    tail -40 "$OUT/build.log"
+    tail -40 "$LOG/build.log"
     echo "build: FAILED"
     exit 1
 fi
 
 if [ -n "${TUNE:-}" ]; then
     IFS=';' read -ra candidates <<< "$TUNE"
-    benchmarks/tune/tune.sh "$OUT/tune" "${candidates[@]}" > "$OUT/tune.log" 2>&1 || failed=1
-    summary+=("tune: $(wc -l < "$OUT/tune/tune.txt" 2>/dev/null || echo 0) rows in tune/tune.txt")
+    benchmarks/tune/tune.sh "$LOG/tune" "${candidates[@]}" > "$LOG/tune.log" 2>&1 || failed=1
+    cp "$LOG/tune/tune.txt" "$OUT/" 2>/dev/null
+    summary+=("tune: $(wc -l < "$OUT/tune.txt" 2>/dev/null || echo 0) rows in tune.txt")
 fi
 
 if [ "${TESTS:-1}" = 1 ]; then
-    timeout "${STEP_TIMEOUT:-1800}" python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1 || failed=1
-    summary+=("tests: $(tail -1 "$OUT/tests.log")")
+    timeout "${STEP_TIMEOUT:-1800}" python3 -m pytest tests -q -rs ${PYTEST_ARGS:-} > "$LOG/tests.log" 2>&1 || failed=1
+    summary+=("tests: $(tail -1 "$LOG/tests.log")")
 fi
 
 if [ "${SANITIZE:-0}" = 1 ]; then
     for tool in memcheck racecheck; do
         # Without the caching allocator every tensor is its own allocation, so memcheck sees an
         # access past a tensor's end.
-        if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/sanitize.py > "$OUT/sanitize_$tool.log" 2>&1; then
-            summary+=("sanitize $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)")
+        if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/sanitize.py > "$LOG/sanitize_$tool.log" 2>&1; then
+            summary+=("sanitize $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$tool.log" | tail -1)")
         else
             failed=1
-            summary+=("sanitize $tool: FAILED ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1))")
+            summary+=("sanitize $tool: FAILED ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$tool.log" | tail -1))")
         fi
     done
 fi
 
 case "${BENCH:-quick}" in
-    quick) timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1 ;;
+    quick) timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --quick ${BENCH_ARGS:-} > "$LOG/bench.log" 2>&1 || failed=1 ;;
     full)
-        timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || failed=1
+        timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_attn.py --json --memory ${BENCH_ARGS:-} > "$LOG/bench.log" 2>&1 || failed=1
         cp benchmarks/results/attn_h100*.json "$OUT/" 2>/dev/null ;;
 esac
 
 if [ "${BENCH_VARLEN:-0}" = 1 ]; then
-    timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_varlen.py --json > "$OUT/bench_varlen.log" 2>&1 || failed=1
+    timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_varlen.py --json > "$LOG/bench_varlen.log" 2>&1 || failed=1
     cp benchmarks/results/varlen_h100*.json "$OUT/" 2>/dev/null
-    summary+=("varlen benchmark: $(tail -1 "$OUT/bench_varlen.log")")
+    summary+=("varlen benchmark: $(tail -1 "$LOG/bench_varlen.log")")
 fi
 
 echo "================ summary ================"
-grep -E "FAILED|Error" "$OUT/tests.log" 2>/dev/null | head -20
-[ -f "$OUT/tune/tune.txt" ] && cat "$OUT/tune/tune.txt"
-[ -f "$OUT/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$OUT/bench.log"
+grep -E "FAILED|Error" "$LOG/tests.log" 2>/dev/null | head -20
+[ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
+[ -f "$LOG/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$LOG/bench.log"
 printf '%s\n' "${summary[@]}"
 exit $failed
