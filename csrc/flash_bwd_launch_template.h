@@ -47,7 +47,8 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
     }
 
     const dim3 grid_post(cute::ceil_div(params.seqlen_q, kBlockM), params.batch, params.num_heads);
-    flash::flash_bwd_postprocess_kernel<Traits><<<grid_post, Traits::kNThreads, 0, stream>>>(params);
+    flash::flash_bwd_postprocess_kernel<Traits>
+        <<<grid_post, Traits::kNThreads, Traits::kSmemQdOElems * sizeof(Element), stream>>>(params);
 }
 
 template <typename Element, int kHeadDim, bool kIsCausal>

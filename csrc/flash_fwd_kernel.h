@@ -158,10 +158,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
     // Lines 14-15. O goes through shared memory (Q's, unread since the last barrier) so that the
     // global stores are 16 bytes wide.
-    Tensor rO = convert_type<Element>(acc_o);
-    auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomAcc{}, tiled_mma);
-    auto smem_thr_copy_o = smem_copy_o.get_thread_slice(tidx);
-    copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
+    copy_acc_to_smem<typename Traits::SmemCopyAtomAcc>(tiled_mma, convert_type<Element>(acc_o), sO, tidx);
 
     Tensor tOcO = thr_mma.partition_C(make_identity_tensor(tile_qo));
     Tensor tOcO_rows = make_tensor(tOcO.data(), rowcol(tOcO.layout()));
@@ -177,14 +174,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     }
 
     __syncthreads();
-    typename Traits::GmemTiledCopyOut gmem_tiled_copy_o;
-    auto gmem_thr_copy_o = gmem_tiled_copy_o.get_thread_slice(tidx);
-    Tensor tOsO = gmem_thr_copy_o.partition_S(sO);
-    Tensor tOgO = gmem_thr_copy_o.partition_D(gO);
-    Tensor tOrO = make_tensor<Element>(shape(tOgO));
-    copy(gmem_tiled_copy_o, tOsO, tOrO);
-    copy_guarded(gmem_tiled_copy_o, tOrO, tOgO, gmem_thr_copy_o.partition_D(make_identity_tensor(tile_qo)),
-                 binfo.seqlen_q - row0);
+    copy_smem_rows_to_gmem<typename Traits::GmemTiledCopyOut>(sO, gO, binfo.seqlen_q - row0, tidx);
 }
 
 }  // namespace flash

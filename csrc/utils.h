@@ -2,6 +2,8 @@
 // predicated tile copies.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
@@ -120,6 +122,27 @@ __device__ void copy_guarded(TiledCopy const &tiled_copy, Src const &src, Dst &&
             }
         }
     }
+}
+
+// An accumulator fragment (already converted to the element type) into a shared-memory tile, each
+// thread writing its own values as the TiledMma laid them out.
+template <class SmemCopyAtom, class TiledMma, class Fragment, class SmemTile>
+__device__ void copy_acc_to_smem(TiledMma const &tiled_mma, Fragment const &frag, SmemTile &&tile, int tidx) {
+    auto smem_copy = make_tiled_copy_C(SmemCopyAtom{}, tiled_mma);
+    auto thr_copy = smem_copy.get_thread_slice(tidx);
+    copy(smem_copy, thr_copy.retile_S(frag), thr_copy.partition_D(tile));
+}
+
+// A shared-memory tile out to global memory in rows of 16-byte accesses, skipping the rows at or
+// past max_rows (after a barrier that made the tile visible).
+template <class GmemTiledCopy, class SmemTile, class GmemTile>
+__device__ void copy_smem_rows_to_gmem(SmemTile const &tile, GmemTile &&dst, int max_rows, int tidx) {
+    GmemTiledCopy tiled_copy;
+    auto thr_copy = tiled_copy.get_thread_slice(tidx);
+    Tensor tdst = thr_copy.partition_D(dst);
+    Tensor regs = make_tensor<typename std::decay_t<GmemTile>::value_type>(shape(tdst));
+    copy(tiled_copy, thr_copy.partition_S(tile), regs);
+    copy_guarded(tiled_copy, regs, tdst, thr_copy.partition_D(make_identity_tensor(shape(dst))), max_rows);
 }
 
 }  // namespace flash
