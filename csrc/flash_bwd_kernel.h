@@ -237,6 +237,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
                 smem_thr_copy_dkv_b.partition_S(stage_tensor(smem_q, stage, LayoutQdOt{})), smem_copy_dkv_a,
                 smem_copy_dkv_b);
 
+        // With one buffer, the next Q and dO load while dQ_i is computed and added: the dQ GEMM reads
+        // only dS and K.
+        if constexpr (kStages == 1) {
+            if (m_block + 1 < m_block_max) {
+                __syncthreads();  // everyone is done reading Q_i and dO_i
+                load_q_do(m_block + 1, 0);
+                cp_async_fence();
+            }
+        }
+
         // Line 15: dQ_i += dS K_j, added into the fp32 buffer (scaled by the postprocess kernel).
         Tensor acc_dq = partition_fragment_C(mma_dq, tile_qo);
         clear(acc_dq);
@@ -253,14 +263,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         }
         if (semaphore != nullptr) {
             semaphore_release(semaphore + m_block);
-        }
-
-        if constexpr (kStages == 1) {
-            if (m_block + 1 < m_block_max) {
-                __syncthreads();  // everyone is done reading Q_i and dO_i
-                load_q_do(m_block + 1, 0);
-                cp_async_fence();
-            }
         }
     }
 
