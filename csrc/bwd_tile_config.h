@@ -29,8 +29,10 @@ constexpr BwdTileConfig bwd_tile_config(int head_dim, bool causal, int sm) {
         case 96:
             return {64, 128, 8, 2, 4, 4, 1};
         case 128:
-            // dQ on 2x4 warps (+4%) and one Q/dO buffer (+3-7%) over 4x2 warps, two buffers.
-            return {64, 128, 8, 2, 4, 2, 1};
+            // dQ on 2x4 warps (+4%) over 4x2 warps. Two Q/dO buffers: they lost 3-7% to one while
+            // the dQ adds were atomics returning their old values (run 3), and won 3-12% over one
+            // (even with its early load) once the adds were reductions (run 17).
+            return {64, 128, 8, 2, 4, 2, 2};
         default:
             return {64, 64, 8, 2, 4, 4, 1};
     }
