@@ -9,7 +9,8 @@ that round once (ours: preprocess, main, postprocess; FA2's: its own three).
 
 --kernel-times: instead, each kernel's GPU time per backward (torch.profiler, 20 rounds) next to
 the benchmark's time of the whole call (do_bench), to tell kernel time from launch overhead.
---seqlen, --head-dim and --causal pick the shape."""
+--seqlen, --head-dim and --causal pick the shape; --direction fwd_bwd times forward and backward
+together instead of the backward alone."""
 
 import argparse
 import collections
@@ -40,11 +41,12 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--kernel-times", action="store_true")
+    parser.add_argument("--direction", choices=["bwd", "fwd_bwd"], default="bwd")
     args = parser.parse_args()
     batch, nheads = benchmark_attn.TOKENS // args.seqlen, benchmark_attn.HIDDEN // args.head_dim
     shape = (batch, args.seqlen, nheads, args.head_dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    calls = [benchmark_attn.make_call(impl, q, k, v, args.causal, "bwd") for impl in IMPLS]
+    calls = [benchmark_attn.make_call(impl, q, k, v, args.causal, args.direction) for impl in IMPLS]
     for call in calls:
         for _ in range(3):
             call()
@@ -53,7 +55,7 @@ def main():
     if args.kernel_times:
         for impl, call in zip(IMPLS, calls):
             times = kernel_times(call)
-            print(f"{impl} backward, {title}: do_bench {benchmark_attn.time_ms(call) * 1e3:.1f} us, "
+            print(f"{impl} {args.direction}, {title}: do_bench {benchmark_attn.time_ms(call) * 1e3:.1f} us, "
                   f"kernels {sum(times.values()):.1f} us")
             for name, us in times.most_common():
                 print(f"  {us:9.1f} us  {name}")

@@ -24,7 +24,8 @@ constexpr BwdTileConfig bwd_tile_config(int head_dim, bool causal, int sm) {
         case 32:
         case 64:
             // 128x128 beat 64x128 by 10-14% at seqlen 4k-16k and 8% at 1k (d=64, H100); one Q/dO
-            // buffer beat two by 1-4% at 1k-16k (run 9) and lost 8% at causal 512 (run 11).
+            // buffer beat two by 1-4% at 1k-16k (run 9); with the early load of the next Q/dO it
+            // ties two non-causal and beats them by 1-2% causal (run 18).
             return {128, 128, 8, 4, 4, 4, 1};
         case 96:
             return {64, 128, 8, 2, 4, 4, 1};
