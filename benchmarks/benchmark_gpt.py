@@ -222,7 +222,8 @@ def parse_args(argv=None):
                         help="default results/gpt_h100.json, or results/gpt_<N>gpu_<dist>.json under torchrun")
     parser.add_argument("--dist", choices=["fsdp", "ddp"], default="fsdp", help="under torchrun (default fsdp)")
     parser.add_argument("--device", default="cuda", help="cpu runs the tiny model for smoke tests")
-    parser.add_argument("--gemm-size", type=int, default=8192)
+    parser.add_argument("--gemm-size", type=int,
+                        help="n of the n x n x n bf16 GEMM that MFU is measured against (default 8192; 512 on cpu)")
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, key) is None:
@@ -230,6 +231,8 @@ def parse_args(argv=None):
     args.models = args.models.split(",")
     args.seqlens = [int(s) for s in args.seqlens.split(",")]
     args.impls = args.impls.split(",")
+    if args.gemm_size is None:
+        args.gemm_size = 8192 if args.device == "cuda" else 512
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
     for name in args.models:
