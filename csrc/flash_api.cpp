@@ -460,6 +460,7 @@ py::dict bwd_kernel_config(int head_dim, bool causal, int sm) {
     config["atom_m_dkv"] = cfg.atom_m_dkv;
     config["atom_m_dq"] = cfg.atom_m_dq;
     config["stages_q_do"] = cfg.stages_q_do;
+    config["dq_before_dk"] = cfg.dq_before_dk;
     config["smem_bytes"] = bwd_smem_bytes(cfg, kernel_dim);
     return config;
 }

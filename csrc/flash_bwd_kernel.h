@@ -229,16 +229,40 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         copy(smem_copy_pds, smem_thr_copy_pds.retile_S(rdS), tdSsdS);
         __syncthreads();  // P and dS visible
 
-        // Line 12: dV_j += P^T dO_i; line 16: dK_j += dS^T Q_i (scaled once at the end).
+        // Line 15: dQ_i += dS K_j, added into the fp32 buffer (scaled by the postprocess kernel).
+        auto add_dq = [&] {
+            Tensor acc_dq = partition_fragment_C(mma_dq, tile_qo);
+            clear(acc_dq);
+            gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_copy_dq_a, smem_copy_dq_b);
+            if (semaphore != nullptr) {
+                semaphore_wait(semaphore + m_block, n_block);
+            }
+            float *dq_tile = dq_accum + int64_t(m_block) * kBlockM * kHeadDim;
+            static_assert(decltype(size(acc_dq))::value % 4 == 0);
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_dq); i += 4) {
+                atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(i, tidx),
+                            make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
+            }
+            if (semaphore != nullptr) {
+                semaphore_release(semaphore + m_block);
+            }
+        };
+
+        // Line 12: dV_j += P^T dO_i.
         gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt,
                 smem_thr_copy_dkv_b.partition_S(stage_tensor(smem_do, stage, LayoutQdOt{})), smem_copy_dkv_a,
                 smem_copy_dkv_b);
+        if constexpr (Traits::kDqBeforeDk) {
+            add_dq();
+        }
+        // Line 16: dK_j += dS^T Q_i (scaled once at the end).
         gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt,
                 smem_thr_copy_dkv_b.partition_S(stage_tensor(smem_q, stage, LayoutQdOt{})), smem_copy_dkv_a,
                 smem_copy_dkv_b);
 
-        // With one buffer, the next Q and dO load while dQ_i is computed and added: the dQ GEMM reads
-        // only dS and K.
+        // With one buffer, the next Q and dO load once the dK GEMM is done with Q_i (and dV with
+        // dO_i); the dQ GEMM after it reads only dS and K.
         if constexpr (kStages == 1) {
             if (m_block + 1 < m_block_max) {
                 __syncthreads();  // everyone is done reading Q_i and dO_i
@@ -246,23 +270,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
                 cp_async_fence();
             }
         }
-
-        // Line 15: dQ_i += dS K_j, added into the fp32 buffer (scaled by the postprocess kernel).
-        Tensor acc_dq = partition_fragment_C(mma_dq, tile_qo);
-        clear(acc_dq);
-        gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_copy_dq_a, smem_copy_dq_b);
-        if (semaphore != nullptr) {
-            semaphore_wait(semaphore + m_block, n_block);
-        }
-        float *dq_tile = dq_accum + int64_t(m_block) * kBlockM * kHeadDim;
-        static_assert(decltype(size(acc_dq))::value % 4 == 0);
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); i += 4) {
-            atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(i, tidx),
-                        make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
-        }
-        if (semaphore != nullptr) {
-            semaphore_release(semaphore + m_block);
+        if constexpr (!Traits::kDqBeforeDk) {
+            add_dq();
         }
     }
 

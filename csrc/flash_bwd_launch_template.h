@@ -15,7 +15,7 @@ template <typename Element, int kHeadDim, bool kIsCausal, int kSm>
 struct BwdTraitsFor {
     static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim, kIsCausal, kSm);
     using type = BwdKernelTraits<kHeadDim, kCfg.block_m, kCfg.block_n, kCfg.num_warps, kCfg.atom_m_sdp,
-                                 kCfg.atom_m_dkv, kCfg.atom_m_dq, kCfg.stages_q_do, Element>;
+                                 kCfg.atom_m_dkv, kCfg.atom_m_dq, kCfg.stages_q_do, kCfg.dq_before_dk, Element>;
     static_assert(type::kSmemSize == bwd_smem_bytes(kCfg, kHeadDim));
 };
 

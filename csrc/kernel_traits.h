@@ -101,7 +101,7 @@ struct FwdKernelTraits : KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_> {
 //   dV += P^T dO, dK += dS^T Q (kBlockN x kHeadDim), kAtomMdKV warps along M
 //   dQ = dS K                 (kBlockM x kHeadDim), kAtomMdQ warps along M
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kAtomMSdP, int kAtomMdKV, int kAtomMdQ,
-          int kStagesQdO_, typename Element_>
+          int kStagesQdO_, bool kDqBeforeDk_, typename Element_>
 struct BwdKernelTraits : KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_> {
     using Base = KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_>;
     using Element = Element_;
@@ -112,6 +112,8 @@ struct BwdKernelTraits : KernelTraitsBase<kHeadDim_, kNWarps_ * 32, Element_> {
     // Shared-memory buffers for Q and dO: 2 overlaps the load of the next Q/dO block with compute.
     static constexpr int kStagesQdO = kStagesQdO_;
     static_assert(kStagesQdO == 1 || kStagesQdO == 2);
+    // Where dQ = dS K and its adds go in the inner loop: between the dV and dK GEMMs, or last.
+    static constexpr bool kDqBeforeDk = kDqBeforeDk_;
     static_assert(kBlockN % 32 == 0 && kNWarps % kAtomMSdP == 0 && kNWarps % kAtomMdKV == 0 &&
                   kNWarps % kAtomMdQ == 0);
     static_assert(kBlockM % (16 * kAtomMSdP) == 0 && kBlockN % (16 * (kNWarps / kAtomMSdP)) == 0);

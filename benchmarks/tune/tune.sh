@@ -29,9 +29,15 @@ build() {
         { cat "$bin/$n.build.log"; return 1; }
 }
 export -f build name; export nvcc here root cutlass_inc bin
-printf '%s\n' "$@" | xargs -P "${MAX_JOBS:-16}" -I{} bash -c 'build "{}"'
+# A candidate that does not compile (e.g. a warp layout that does not divide the tile) gets one
+# "build failed" row; the others still run.
+printf '%s\n' "$@" | xargs -P "${MAX_JOBS:-16}" -I{} bash -c 'build "{}"' || true
 for cfg in "$@"; do
     n=$(name "$cfg")
+    if [ ! -x "$bin/$n" ]; then
+        echo "build failed: $(grep -m1 'error' "$bin/$n.build.log") [$cfg]"
+        continue
+    fi
     spills=$(grep -o '[0-9]* bytes spill stores' "$bin/$n.build.log" | sort -n | tail -1)
     "$bin/$n" | sed "s|\$| [$cfg] spill=${spills%% *}|"
 done | tee "$out/tune.txt"
