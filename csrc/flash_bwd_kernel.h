@@ -230,20 +230,28 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         __syncthreads();  // P and dS visible
 
         // Line 15: dQ_i += dS K_j, added into the fp32 buffer (scaled by the postprocess kernel).
-        auto add_dq = [&] {
-            Tensor acc_dq = partition_fragment_C(mma_dq, tile_qo);
+        // add_dq_part(part, parts) issues the part-th of `parts` equal slices of the adds.
+        Tensor acc_dq = partition_fragment_C(mma_dq, tile_qo);
+        constexpr int kAdds = decltype(size(acc_dq))::value / 4;
+        static_assert(decltype(size(acc_dq))::value % 4 == 0);
+        float *dq_tile = dq_accum + int64_t(m_block) * kBlockM * kHeadDim;
+        auto compute_dq = [&] {
             clear(acc_dq);
             gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_copy_dq_a, smem_copy_dq_b);
             if (semaphore != nullptr) {
                 semaphore_wait(semaphore + m_block, n_block);
             }
-            float *dq_tile = dq_accum + int64_t(m_block) * kBlockM * kHeadDim;
-            static_assert(decltype(size(acc_dq))::value % 4 == 0);
+        };
+        auto add_dq_part = [&](int part, int parts) {
             CUTE_UNROLL
-            for (int i = 0; i < size(acc_dq); i += 4) {
-                atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(i, tidx),
-                            make_float4(acc_dq(i), acc_dq(i + 1), acc_dq(i + 2), acc_dq(i + 3)));
+            for (int a = 0; a < kAdds; ++a) {
+                if (a * parts / kAdds == part) {
+                    atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(4 * a, tidx),
+                                make_float4(acc_dq(4 * a), acc_dq(4 * a + 1), acc_dq(4 * a + 2), acc_dq(4 * a + 3)));
+                }
             }
+        };
+        auto release_dq = [&] {
             if (semaphore != nullptr) {
                 semaphore_release(semaphore + m_block);
             }
@@ -253,13 +261,22 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt,
                 smem_thr_copy_dkv_b.partition_S(stage_tensor(smem_do, stage, LayoutQdOt{})), smem_copy_dkv_a,
                 smem_copy_dkv_b);
+        // Line 16: dK_j += dS^T Q_i (scaled once at the end). With kDqBeforeDk, dQ is computed first
+        // and its adds are spread over the k-steps of this GEMM, so that the memory queue drains
+        // while the tensor cores work.
         if constexpr (Traits::kDqBeforeDk) {
-            add_dq();
+            compute_dq();
         }
-        // Line 16: dK_j += dS^T Q_i (scaled once at the end).
         gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt,
                 smem_thr_copy_dkv_b.partition_S(stage_tensor(smem_q, stage, LayoutQdOt{})), smem_copy_dkv_a,
-                smem_copy_dkv_b);
+                smem_copy_dkv_b, [&](int k, int steps) {
+                    if constexpr (Traits::kDqBeforeDk) {
+                        add_dq_part(k, steps);
+                    }
+                });
+        if constexpr (Traits::kDqBeforeDk) {
+            release_dq();
+        }
 
         // With one buffer, the next Q and dO load once the dK GEMM is done with Q_i (and dV with
         // dO_i); the dQ GEMM after it reads only dS and K.
@@ -271,7 +288,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             }
         }
         if constexpr (!Traits::kDqBeforeDk) {
-            add_dq();
+            compute_dq();
+            add_dq_part(0, 1);
+            release_dq();
         }
     }
 

@@ -60,11 +60,12 @@ __device__ float quad_allreduce(float x, Op op) {
 }
 
 // acc += A B with both operands in shared memory, loaded with ldmatrix one k16 step ahead of
-// the MMAs that use them.
+// the MMAs that use them. on_step(k, kSteps) runs after the MMAs of step k (other work to
+// interleave with them).
 template <class TiledMma, class Acc, class RegA, class RegB, class SmemA, class SmemB, class CopyA,
-          class CopyB>
+          class CopyB, class OnStep>
 __device__ void gemm_ss(TiledMma const &tiled_mma, Acc &acc, RegA &tCrA, RegB &tCrB, SmemA const &tCsA,
-                        SmemB const &tCsB, CopyA const &copy_a, CopyB const &copy_b) {
+                        SmemB const &tCsB, CopyA const &copy_a, CopyB const &copy_b, OnStep &&on_step) {
     Tensor tCrA_copy = copy_a.get_slice(threadIdx.x).retile_D(tCrA);
     Tensor tCrB_copy = copy_b.get_slice(threadIdx.x).retile_D(tCrB);
     constexpr int kSteps = decltype(size<2>(tCrA))::value;
@@ -77,7 +78,15 @@ __device__ void gemm_ss(TiledMma const &tiled_mma, Acc &acc, RegA &tCrA, RegB &t
             copy(copy_b, tCsB(_, _, k + 1), tCrB_copy(_, _, k + 1));
         }
         gemm(tiled_mma, acc, tCrA(_, _, k), tCrB(_, _, k), acc);
+        on_step(k, kSteps);
     }
+}
+
+template <class TiledMma, class Acc, class RegA, class RegB, class SmemA, class SmemB, class CopyA,
+          class CopyB>
+__device__ void gemm_ss(TiledMma const &tiled_mma, Acc &acc, RegA &tCrA, RegB &tCrB, SmemA const &tCsA,
+                        SmemB const &tCsB, CopyA const &copy_a, CopyB const &copy_b) {
+    gemm_ss(tiled_mma, acc, tCrA, tCrB, tCsA, tCsB, copy_a, copy_b, [](int, int) {});
 }
 
 // acc += A B with A already in registers and B in shared memory.
