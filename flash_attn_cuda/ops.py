@@ -1,5 +1,10 @@
 """The torch.library custom ops around the extension, with fake implementations (for
-torch.compile) and autograd. Each serves the padded layout (cu_seqlens None) and the varlen one."""
+torch.compile), and the autograd.Functions that pair each forward op with its backward op. Each
+serves the padded layout (cu_seqlens None) and the varlen one.
+
+The autograd.Functions replace torch.library's register_autograd: its generated wrapper cost
+about 25 us more host time per forward+backward call (benchmarks/NOTES.md, run 35), which small
+shapes cannot hide."""
 
 from typing import Optional
 
@@ -127,7 +132,16 @@ def _backward(ctx, dout, _dlse):
     return dq, dk, dv, None, None, None, None, None, None, None
 
 
-_flash_attn_forward.register_autograd(_backward, setup_context=_setup_context)
+class FlashAttnFunction(torch.autograd.Function):
+    """(out, softmax_lse) of q, k, v and the forward op's other arguments."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _flash_attn_forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward)
 
 
 def _unpack(q, packed):
@@ -210,4 +224,14 @@ def _packed_backward(ctx, dout, _dlse):
     return (None if q is None else dq), dpacked, None, None, None, None, None, None, None
 
 
-_flash_attn_packed_forward.register_autograd(_packed_backward, setup_context=_setup_packed_context)
+class FlashAttnPackedFunction(torch.autograd.Function):
+    """(out, softmax_lse) of q (or None) and a packed kv (or qkv), and the packed forward op's other
+    arguments."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _flash_attn_packed_forward(*inputs)
+        _setup_packed_context(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_packed_backward)
