@@ -71,11 +71,25 @@ def time_ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def grid_inputs(seqlen, head_dim, dtype=torch.bfloat16):
+    """Random q, k, v of one cell of the grid: batch TOKENS // seqlen, HIDDEN // head_dim heads."""
+    shape = (TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim)
+    return tuple(torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+
+
+def add_shape_arguments(parser, seqlen):
+    """--seqlen (default seqlen), --head-dim and --causal: one cell of the grid, for the tools that
+    look at a single shape."""
+    parser.add_argument("--seqlen", type=int, default=seqlen)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--causal", action="store_true")
+
+
 def bench_config(impl, dtype, head_dim, causal, seqlen, direction, skip_math_above):
     if impl == "sdpa_math" and seqlen > skip_math_above:
         return None, f"skipped above seqlen {skip_math_above}"
-    batch, nheads = TOKENS // seqlen, HIDDEN // head_dim
-    q, k, v = (torch.randn(batch, seqlen, nheads, head_dim, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
+    q, k, v = grid_inputs(seqlen, head_dim, DTYPES[dtype])
+    batch, _, nheads, _ = q.shape
     try:
         ms = time_ms(make_call(impl, q, k, v, causal, direction))
     except (RuntimeError, torch.OutOfMemoryError) as err:

@@ -32,14 +32,11 @@ def per_call_us(fn, calls=200):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seqlen", type=int, default=512)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--causal", action="store_true")
+    benchmark_attn.add_shape_arguments(parser, seqlen=512)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    batch, nheads = benchmark_attn.TOKENS // args.seqlen, benchmark_attn.HIDDEN // args.head_dim
-    q, k, v = (torch.randn(batch, args.seqlen, nheads, args.head_dim, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
+    q, k, v = benchmark_attn.grid_inputs(args.seqlen, args.head_dim)
+    batch, _, nheads, _ = q.shape
     print(f"batch {batch}, seqlen {args.seqlen}, heads {nheads}, head dim {args.head_dim}, causal {args.causal}")
     for impl in IMPLS:
         for direction in ("fwd", "bwd", "fwd_bwd"):

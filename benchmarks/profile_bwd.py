@@ -37,15 +37,12 @@ def kernel_times(call, rounds=20):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seqlen", type=int, default=4096)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--causal", action="store_true")
+    benchmark_attn.add_shape_arguments(parser, seqlen=4096)
     parser.add_argument("--kernel-times", action="store_true")
     parser.add_argument("--direction", choices=["bwd", "fwd_bwd"], default="bwd")
     args = parser.parse_args()
-    batch, nheads = benchmark_attn.TOKENS // args.seqlen, benchmark_attn.HIDDEN // args.head_dim
-    shape = (batch, args.seqlen, nheads, args.head_dim)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = benchmark_attn.grid_inputs(args.seqlen, args.head_dim)
+    batch, _, nheads, _ = q.shape
     calls = [benchmark_attn.make_call(impl, q, k, v, args.causal, args.direction) for impl in IMPLS]
     for call in calls:
         for _ in range(3):

@@ -1,8 +1,9 @@
 // Times one backward tile shape (preprocess + main kernel + postprocess), chosen at compile time
 // (TUNE_HDIM, TUNE_BLOCK_M, TUNE_BLOCK_N, TUNE_WARPS, TUNE_ATOM_SDP, TUNE_ATOM_DKV, TUNE_ATOM_DQ,
-// TUNE_STAGES, TUNE_DQ_BEFORE_DK: 0 unless given), over part of the paper's grid (the environment variable TUNE_SEQLENS, e.g.
-// "1024,4096", picks the sequence lengths): the data behind csrc/bwd_tile_config.h. O and L come
-// from the forward kernel of the dispatch table. Built and run by tune.sh.
+// TUNE_STAGES, and TUNE_DQ_BEFORE_DK, 0 unless given), over part of the paper's grid (the
+// environment variable TUNE_SEQLENS, e.g. "1024,4096", picks the sequence lengths): the data
+// behind csrc/bwd_tile_config.h. O and L come from the forward kernel of the dispatch table. Built
+// and run by tune.sh.
 #include "flash_bwd_launch_template.h"
 #include "flash_fwd_launch_template.h"
 #include "tune_common.h"
