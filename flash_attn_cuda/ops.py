@@ -102,17 +102,11 @@ def _aligned(t):
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic = inputs
-    out, softmax_lse = output
-    ctx.save_for_backward(q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
-    _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
+def _keep_options(ctx, softmax_lse, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
+    """What either backward needs besides its saved tensors."""
+    # softmax_lse carries no gradient; without set_materialize_grads(False) autograd would also
+    # allocate and zero-fill one for it on every backward (a kernel launch and host time, run 33).
     ctx.mark_non_differentiable(softmax_lse)
-
-
-def _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic):
-    # softmax_lse carries no gradient: without this, autograd would allocate and zero-fill one for it
-    # on every backward (a kernel launch and ~0.1 ms of host time, run 33).
     ctx.set_materialize_grads(False)
     ctx.max_seqlen_q = max_seqlen_q
     ctx.max_seqlen_k = max_seqlen_k
@@ -121,27 +115,28 @@ def _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, determ
     ctx.deterministic = deterministic
 
 
-def _backward(ctx, dout, _dlse):
-    if dout is None:
-        return (None,) * 10
-    q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dk, dv = _flash_attn_backward(
-        dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
-        ctx.softmax_scale, ctx.causal, ctx.deterministic,
-    )
-    return dq, dk, dv, None, None, None, None, None, None, None
-
-
 class FlashAttnFunction(torch.autograd.Function):
     """(out, softmax_lse) of q, k, v and the forward op's other arguments."""
 
     @staticmethod
-    def forward(ctx, *inputs):
-        output = _flash_attn_forward(*inputs)
-        _setup_context(ctx, inputs, output)
-        return output
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                deterministic):
+        out, softmax_lse = _flash_attn_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                               softmax_scale, causal, deterministic)
+        ctx.save_for_backward(q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
+        _keep_options(ctx, softmax_lse, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
+        return out, softmax_lse
 
-    backward = staticmethod(_backward)
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:
+            return (None,) * 10
+        q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        dq, dk, dv = _flash_attn_backward(
+            dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
+            ctx.softmax_scale, ctx.causal, ctx.deterministic,
+        )
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def _unpack(q, packed):
@@ -205,33 +200,26 @@ def _(dout, q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     return (packed.new_empty(0) if q is None else q.new_empty(q.shape)), packed.new_empty(packed.shape)
 
 
-def _setup_packed_context(ctx, inputs, output):
-    q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic = inputs
-    out, softmax_lse = output
-    ctx.save_for_backward(q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
-    _keep_options(ctx, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
-    ctx.mark_non_differentiable(softmax_lse)
-
-
-def _packed_backward(ctx, dout, _dlse):
-    if dout is None:
-        return (None,) * 9
-    q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dpacked = _flash_attn_packed_backward(
-        dout, q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
-        ctx.softmax_scale, ctx.causal, ctx.deterministic,
-    )
-    return (None if q is None else dq), dpacked, None, None, None, None, None, None, None
-
-
 class FlashAttnPackedFunction(torch.autograd.Function):
     """(out, softmax_lse) of q (or None) and a packed kv (or qkv), and the packed forward op's other
     arguments."""
 
     @staticmethod
-    def forward(ctx, *inputs):
-        output = _flash_attn_packed_forward(*inputs)
-        _setup_packed_context(ctx, inputs, output)
-        return output
+    def forward(ctx, q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                deterministic):
+        out, softmax_lse = _flash_attn_packed_forward(q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                      max_seqlen_k, softmax_scale, causal, deterministic)
+        ctx.save_for_backward(q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k)
+        _keep_options(ctx, softmax_lse, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic)
+        return out, softmax_lse
 
-    backward = staticmethod(_packed_backward)
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:
+            return (None,) * 9
+        q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        dq, dpacked = _flash_attn_packed_backward(
+            dout, q, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k,
+            ctx.softmax_scale, ctx.causal, ctx.deterministic,
+        )
+        return (None if q is None else dq), dpacked, None, None, None, None, None, None, None
