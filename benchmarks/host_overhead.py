@@ -4,7 +4,9 @@ For small shapes the host can take nearly as long to issue a call as the GPU tak
 any host jitter shows up in the benchmark as idle GPU time. For each direction (fwd, bwd,
 fwd_bwd), 200 calls are issued without synchronizing: "host" is the time to issue them, "wall"
 the time until the GPU is done, both per call.
---profile adds torch.profiler's CPU table of one fwd_bwd per implementation (50 calls)."""
+--profile adds torch.profiler's CPU table of one fwd_bwd per implementation (50 calls).
+--layers times each layer of ours and of SDPA flash alone, from the bare kernel call up to the
+public function and autograd, so that the host time can be assigned to a layer."""
 
 import argparse
 import time
@@ -12,6 +14,7 @@ import time
 import torch
 
 import benchmark_attn
+from flash_attn_cuda import _extension, flash_attn_func, ops
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash")
 
@@ -30,14 +33,58 @@ def per_call_us(fn, calls=200):
     return 1e6 * (issued - start) / calls, 1e6 * (done - start) / calls
 
 
+def layer_calls(q, k, v, causal):
+    """(name, no-argument call) for each layer of one forward and one backward, ours and SDPA
+    flash's, each layer adding one wrapper to the one above it."""
+    ext = _extension.load()
+    scale = q.shape[-1] ** -0.5
+    dout = torch.randn_like(q)
+    out, lse = ext.fwd(q, k, v, None, scale, causal, None, None, 0, 0)
+    fwd_args = (q, k, v, None, None, 0, 0, scale, causal, False)
+    bwd_args = (dout, q, k, v, out, lse, None, None, 0, 0, scale, causal, False)
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    stored = flash_attn_func(qg, kg, vg, causal=causal)
+
+    aten = torch.ops.aten
+    qt, kt, vt, dout_t = (t.transpose(1, 2) for t in (q, k, v, dout))
+    sdpa_fwd = aten._scaled_dot_product_flash_attention.default
+    sdpa_bwd = aten._scaled_dot_product_flash_attention_backward.default
+    o, lse_s, cum_q, cum_k, max_q, max_k, seed, offset, _ = sdpa_fwd(qt, kt, vt, 0.0, causal, scale=scale)
+    qgt, kgt, vgt = (t.detach().requires_grad_() for t in (qt, kt, vt))
+    sdpa_stored = torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)
+    sdpa_public = benchmark_attn.attention_fn("sdpa_flash", causal)
+    return [
+        ("ours fwd: _C.fwd (pybind + C++)", lambda: ext.fwd(q, k, v, None, scale, causal, None, None, 0, 0)),
+        ("ours fwd: + custom op", lambda: ops._flash_attn_forward(*fwd_args)),
+        ("ours fwd: + autograd.Function", lambda: ops.FlashAttnFunction.apply(qg, kg, vg, *fwd_args[3:])),
+        ("ours fwd: flash_attn_func", lambda: flash_attn_func(qg, kg, vg, causal=causal)),
+        ("ours bwd: _C.bwd (pybind + C++)",
+         lambda: ext.bwd(dout, q, k, v, out, lse, scale, causal, False, None, None, 0, 0)),
+        ("ours bwd: + custom op", lambda: ops._flash_attn_backward(*bwd_args)),
+        ("ours bwd: autograd.grad", lambda: torch.autograd.grad(stored, (qg, kg, vg), dout, retain_graph=True)),
+        ("sdpa fwd: aten op", lambda: sdpa_fwd(qt, kt, vt, 0.0, causal, scale=scale)),
+        ("sdpa fwd: F.sdpa", lambda: torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)),
+        ("sdpa fwd: + sdpa_kernel, transposes", lambda: sdpa_public(qg, kg, vg)),
+        ("sdpa bwd: aten op", lambda: sdpa_bwd(dout_t, qt, kt, vt, o, lse_s, cum_q, cum_k, max_q, max_k, 0.0, causal,
+                                             seed, offset, scale=scale)),
+        ("sdpa bwd: autograd.grad",
+         lambda: torch.autograd.grad(sdpa_stored, (qgt, kgt, vgt), dout_t, retain_graph=True)),
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     benchmark_attn.add_shape_arguments(parser, seqlen=512)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--layers", action="store_true")
     args = parser.parse_args()
     q, k, v = benchmark_attn.grid_inputs(args.seqlen, args.head_dim)
     batch, _, nheads, _ = q.shape
     print(f"batch {batch}, seqlen {args.seqlen}, heads {nheads}, head dim {args.head_dim}, causal {args.causal}")
+    if args.layers:
+        for name, fn in layer_calls(q, k, v, args.causal):
+            host, wall = per_call_us(fn, calls=100)
+            print(f"{name:40s} host {host:7.1f} us/call, wall {wall:7.1f} us/call")
     for impl in IMPLS:
         for direction in ("fwd", "bwd", "fwd_bwd"):
             host, wall = per_call_us(benchmark_attn.make_call(impl, q, k, v, args.causal, direction))

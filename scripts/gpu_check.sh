@@ -5,7 +5,8 @@
 # one word such as "-k fp16" (the dtype test ids are fp16 and bf16) or node ids), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
-# varlen benchmark, benchmarks/benchmark_varlen.py --json).
+# varlen benchmark, benchmarks/benchmark_varlen.py --json), HOST_OVERHEAD=1 (host time of each
+# layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal).
 # Results (the benchmarks' JSON files, tune.txt) go to $OUT (default ./gpu_out), the logs into
 # $OUT/logs.tgz, packed on exit: the device tool brings back at most 8 files from $OUT.
 set -uo pipefail
@@ -79,9 +80,17 @@ if [ "${BENCH_VARLEN:-0}" = 1 ]; then
     summary+=("varlen benchmark: $(tail -1 "$LOG/bench_varlen.log")")
 fi
 
+if [ "${HOST_OVERHEAD:-0}" = 1 ]; then
+    for d in 128 64; do
+        (cd benchmarks && python3 host_overhead.py --layers --causal --seqlen 512 --head-dim $d) || failed=1
+    done > "$LOG/host_overhead.log" 2>&1
+    cp "$LOG/host_overhead.log" "$OUT/"
+fi
+
 echo "================ summary ================"
 grep -E "FAILED|Error" "$LOG/tests.log" 2>/dev/null | head -20
 [ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
+[ -f "$LOG/host_overhead.log" ] && cat "$LOG/host_overhead.log"
 [ -f "$LOG/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$LOG/bench.log"
 printf '%s\n' "${summary[@]}"
 exit $failed
