@@ -115,7 +115,7 @@ def _extension():
     ]
     return CUDAExtension(
         name="flash_attn_cuda._C",
-        sources=["csrc/flash_api.cpp"] + gen.kernel_files(hdims, dtypes),
+        sources=["csrc/flash_api.cpp", "csrc/torch_ops.cpp"] + gen.kernel_files(hdims, dtypes),
         include_dirs=[str(ROOT / "csrc"), str(_cutlass_include())] + _pip_cuda_include(),
         extra_compile_args={"cxx": ["-O3", "-std=c++20", archs_macro] + macros, "nvcc": nvcc_flags + gencode + macros},
     )

@@ -5,7 +5,7 @@ any host jitter shows up in the benchmark as idle GPU time. For each direction (
 fwd_bwd), 200 calls are issued without synchronizing: "host" is the time to issue them, "wall"
 the time until the GPU is done, both per call.
 --profile adds torch.profiler's CPU table of one fwd_bwd per implementation (50 calls).
---layers times each layer of ours and of SDPA flash alone, from the bare kernel call up to the
+--layers times each layer of ours and of SDPA flash alone, from the op without autograd up to the
 public function and autograd, so that the host time can be assigned to a layer."""
 
 import argparse
@@ -14,7 +14,7 @@ import time
 import torch
 
 import benchmark_attn
-from flash_attn_cuda import _extension, flash_attn_func, ops
+from flash_attn_cuda import _extension, flash_attn_func
 
 IMPLS = ("flash_attn_cuda", "sdpa_flash")
 
@@ -36,12 +36,10 @@ def per_call_us(fn, calls=200):
 def layer_calls(q, k, v, causal):
     """(name, no-argument call) for each layer of one forward and one backward, ours and SDPA
     flash's, each layer adding one wrapper to the one above it."""
-    ext = _extension.load()
+    ops = _extension.ops()
     scale = q.shape[-1] ** -0.5
     dout = torch.randn_like(q)
-    out, lse = ext.fwd(q, k, v, None, scale, causal, None, None, 0, 0)
-    fwd_args = (q, k, v, None, None, 0, 0, scale, causal, False)
-    bwd_args = (dout, q, k, v, out, lse, None, None, 0, 0, scale, causal, False)
+    out, lse = ops.fwd(q, k, v, None, None, 0, 0, scale, causal, False)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     stored = flash_attn_func(qg, kg, vg, causal=causal)
 
@@ -54,13 +52,10 @@ def layer_calls(q, k, v, causal):
     sdpa_stored = torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)
     sdpa_public = benchmark_attn.attention_fn("sdpa_flash", causal)
     return [
-        ("ours fwd: _C.fwd (pybind + C++)", lambda: ext.fwd(q, k, v, None, scale, causal, None, None, 0, 0)),
-        ("ours fwd: + custom op", lambda: ops._flash_attn_forward(*fwd_args)),
-        ("ours fwd: + autograd.Function", lambda: ops.FlashAttnFunction.apply(qg, kg, vg, *fwd_args[3:])),
+        ("ours fwd: op", lambda: ops.fwd(q, k, v, None, None, 0, 0, scale, causal, False)),
+        ("ours fwd: op, inputs requiring grad", lambda: ops.fwd(qg, kg, vg, None, None, 0, 0, scale, causal, False)),
         ("ours fwd: flash_attn_func", lambda: flash_attn_func(qg, kg, vg, causal=causal)),
-        ("ours bwd: _C.bwd (pybind + C++)",
-         lambda: ext.bwd(dout, q, k, v, out, lse, scale, causal, False, None, None, 0, 0)),
-        ("ours bwd: + custom op", lambda: ops._flash_attn_backward(*bwd_args)),
+        ("ours bwd: op", lambda: ops.bwd(dout, q, k, v, out, lse, None, None, 0, 0, scale, causal, False)),
         ("ours bwd: autograd.grad", lambda: torch.autograd.grad(stored, (qg, kg, vg), dout, retain_graph=True)),
         ("sdpa fwd: aten op", lambda: sdpa_fwd(qt, kt, vt, 0.0, causal, scale=scale)),
         ("sdpa fwd: F.sdpa", lambda: torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)),

@@ -1,5 +1,6 @@
-// The only file that includes torch: checks arguments, fills the parameter structs, allocates the
-// outputs, picks the kernel, and defines the pybind11 module flash_attn_cuda._C.
+// Checks arguments, fills the parameter structs, allocates the outputs and picks the kernel, for
+// the ops of torch_ops.cpp; defines the pybind11 module flash_attn_cuda._C (what was built, the
+// dispatch tables).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -13,6 +14,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "flash.h"
+#include "flash_api.h"
 #include "bwd_tile_config.h"
 #include "fwd_tile_config.h"
 
@@ -153,6 +155,25 @@ RowStrides row_strides(const at::Tensor &t) {
     return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// The kernels move 16 bytes at a time along a contiguous last dim.
+bool vector_aligned(const at::Tensor &t) {
+    if (t.stride(-1) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
+        return false;
+    }
+    for (int i = 0; i + 1 < t.dim(); ++i) {
+        if (t.stride(i) % 8 != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// An input the kernels can read: t itself, or a contiguous copy where its data or strides are
+// not vector_aligned.
+at::Tensor readable(const at::Tensor &t) {
+    return vector_aligned(t) ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
 // t must be laid out like q: the same dtype, device and layout (padded or varlen).
 void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q) {
     TORCH_CHECK_TYPE(t.scalar_type() == q.scalar_type(), name, " must have the dtype of q (", q.scalar_type(),
@@ -162,13 +183,14 @@ void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q) 
     TORCH_CHECK_VALUE(t.dim() == q.dim(), name, " must have shape ",
                       q.dim() == 3 ? "(total, nheads, head_dim)" : "(batch, seqlen, nheads, head_dim)", ", got ",
                       t.sizes());
-    TORCH_CHECK_VALUE(t.stride(-1) == 1, name, " must have a contiguous last dimension");
-    // 16-byte vector loads and stores.
-    bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-    for (int i = 0; i + 1 < t.dim(); ++i) {
-        aligned = aligned && t.stride(i) % 8 == 0;
-    }
-    TORCH_CHECK_VALUE(aligned, name, " must be 16-byte aligned with strides that are multiples of 8 elements");
+}
+
+// An output the kernels write: laid out like q and vector_aligned.
+void check_writable(const at::Tensor &t, const char *name, const at::Tensor &q) {
+    check_qkv_like(t, name, q);
+    TORCH_CHECK_VALUE(vector_aligned(t), name,
+                      " must have a contiguous last dimension, 16-byte aligned, and strides that are multiples of 8 "
+                      "elements");
 }
 
 // Checks that need no device sync: flash_attn_varlen_func checks the values (see interface.py).
@@ -209,7 +231,6 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
     TORCH_CHECK_VALUE(q.dim() == (varlen ? 3 : 4), "q must have shape ",
                       varlen ? "(total_q, nheads, head_dim)" : "(batch, seqlen_q, nheads, head_dim)", ", got ",
                       q.sizes());
-    check_qkv_like(q, "q", q);
     check_qkv_like(k, "k", q);
     check_qkv_like(v, "v", q);
     Problem p{};
@@ -294,26 +315,18 @@ void set_fwd_params(Flash_fwd_params &params, const Problem &p, const at::Tensor
     params.sm = p.sm;
 }
 
-// Padded: q (batch, seqlen_q, nheads, head_dim), k and v (batch, seqlen_k, nheads_k, head_dim).
-// Varlen (cu_seqlens_q and cu_seqlens_k given): q (total_q, nheads, head_dim), k and v (total_k,
-// nheads_k, head_dim), sequence b being the rows [cu_seqlens[b], cu_seqlens[b + 1]).
-std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                            std::optional<at::Tensor> out_, double softmax_scale, bool causal,
-                            const std::optional<at::Tensor> &cu_seqlens_q,
-                            const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
-                            int64_t max_seqlen_k) {
-    const Problem p = check_problem(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+                                           const std::optional<at::Tensor> &cu_seqlens_q,
+                                           const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
+                                           int64_t max_seqlen_k, double softmax_scale, bool causal) {
+    const Problem p =
+        check_problem(q_in, k_in, v_in, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+    const at::Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
     at::cuda::CUDAGuard device_guard{q.device()};
 
-    at::Tensor out;
-    if (out_.has_value()) {
-        out = out_.value();
-        check_qkv_like(out, "out", q);
-        TORCH_CHECK_VALUE(out.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(), ", got ",
-                          out.sizes());
-    } else {
-        out = at::empty(q.sizes(), q.options());
-    }
+    at::Tensor out = at::empty(q.sizes(), q.options());
     at::Tensor softmax_lse = at::empty(p.lse_shape(), q.options().dtype(at::kFloat));
     if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
         return {out, softmax_lse};
@@ -329,18 +342,20 @@ std::vector<at::Tensor> fwd(const at::Tensor &q, const at::Tensor &k, const at::
     return {out, softmax_lse};
 }
 
-// Returns dq, dk, dv shaped like q, k, v: written into dq_out, dk_out, dv_out where given (views
-// of one packed gradient, say), else newly allocated. dk and dv of MQA/GQA are sums over the query
-// heads of each group, computed per query head by the kernel and reduced here. Layouts as for fwd.
-std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                            const at::Tensor &out, const at::Tensor &softmax_lse, double softmax_scale, bool causal,
-                            bool deterministic, const std::optional<at::Tensor> &cu_seqlens_q,
-                            const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q,
-                            int64_t max_seqlen_k, const std::optional<at::Tensor> &dq_out,
-                            const std::optional<at::Tensor> &dk_out, const std::optional<at::Tensor> &dv_out) {
-    const Problem p = check_problem(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-    check_qkv_like(out, "out", q);
-    check_qkv_like(dout, "dout", q);
+// dk and dv of MQA/GQA are sums over the query heads of each group, computed per query head by the
+// kernel and reduced here.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
+    const at::Tensor &dout_in, const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+    const at::Tensor &out_in, const at::Tensor &softmax_lse, const std::optional<at::Tensor> &cu_seqlens_q,
+    const std::optional<at::Tensor> &cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+    bool causal, bool deterministic, const std::optional<at::Tensor> &dq_out, const std::optional<at::Tensor> &dk_out,
+    const std::optional<at::Tensor> &dv_out) {
+    const Problem p =
+        check_problem(q_in, k_in, v_in, softmax_scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+    check_qkv_like(out_in, "out", q_in);
+    check_qkv_like(dout_in, "dout", q_in);
+    const at::Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in), out = readable(out_in),
+                     dout = readable(dout_in);
     TORCH_CHECK_VALUE(out.sizes() == q.sizes() && dout.sizes() == q.sizes(),
                       "out and dout must have the shape of q ", q.sizes(), ", got ", out.sizes(), " and ",
                       dout.sizes());
@@ -362,7 +377,7 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
         if (!given.has_value()) {
             return at::empty(like.sizes(), like.options());
         }
-        check_qkv_like(*given, name, q);
+        check_writable(*given, name, q);
         TORCH_CHECK_VALUE(given->sizes() == like.sizes(), name, " must have the shape ", like.sizes(), ", got ",
                           given->sizes());
         return *given;
@@ -378,7 +393,7 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
     expanded_shape[k.dim() - 2] = p.num_heads;
     at::Tensor dk_expanded = direct ? dk : at::empty(expanded_shape, q.options());
     at::Tensor dv_expanded = direct ? dv : at::empty(expanded_shape, q.options());
-    auto finish = [&]() -> std::vector<at::Tensor> {
+    auto finish = [&]() -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
         if (!direct) {
             std::vector<int64_t> group_shape = k.sizes().vec();
             group_shape.insert(group_shape.end() - 1, p.num_heads / p.num_heads_k);
@@ -442,6 +457,8 @@ std::vector<at::Tensor> bwd(const at::Tensor &dout, const at::Tensor &q, const a
     return finish();
 }
 
+namespace {
+
 py::tuple fwd_kernel_config(int head_dim, bool causal, int sm) {
     TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= 256, "head_dim must be in [1, 256], got ", head_dim);
     const FwdTileConfig cfg = fwd_tile_config(kernel_head_dim(head_dim), causal, sm);
@@ -476,16 +493,7 @@ py::dict built_config() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "FlashAttention-2 kernels (CUDA, CuTe)";
-    m.def("fwd", &fwd, "FlashAttention-2 forward: returns [out, softmax_lse]", py::arg("q"), py::arg("k"),
-          py::arg("v"), py::arg("out") = py::none(), py::arg("softmax_scale"), py::arg("causal"),
-          py::arg("cu_seqlens_q") = py::none(), py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0,
-          py::arg("max_seqlen_k") = 0);
-    m.def("bwd", &bwd, "FlashAttention-2 backward: returns [dq, dk, dv]", py::arg("dout"), py::arg("q"),
-          py::arg("k"), py::arg("v"), py::arg("out"), py::arg("softmax_lse"), py::arg("softmax_scale"),
-          py::arg("causal"), py::arg("deterministic"), py::arg("cu_seqlens_q") = py::none(),
-          py::arg("cu_seqlens_k") = py::none(), py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0,
-          py::arg("dq") = py::none(), py::arg("dk") = py::none(), py::arg("dv") = py::none());
+    m.doc() = "FlashAttention-2 kernels (CUDA, CuTe): what was built and the dispatch tables; the ops are torch.ops.flash_attn_cuda";
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps, num_stages) the forward dispatch table picks", py::arg("head_dim"),
           py::arg("causal"), py::arg("sm"));

@@ -1,18 +1,33 @@
-"""Loads the compiled module flash_attn_cuda._C, with a clear error when it was not built."""
+"""Loads the compiled module flash_attn_cuda._C, which defines the ops torch.ops.flash_attn_cuda
+(csrc/torch_ops.cpp), with a clear error when it was not built."""
 
-import functools
+import torch
+
+_module = None
 
 
-@functools.cache
 def load():
-    try:
-        from flash_attn_cuda import _C
-    except ImportError as err:
-        raise ImportError(
-            "flash_attn_cuda's CUDA extension is not built: run `make install` "
-            "(or `pip install --no-build-isolation -e .`) in the source tree"
-        ) from err
-    return _C
+    """The module _C, imported with the ops' fake implementations (fake_ops.py) on the first call."""
+    global _module
+    if _module is None:
+        try:
+            from flash_attn_cuda import _C
+        except ImportError as err:
+            raise ImportError(
+                "flash_attn_cuda's CUDA extension is not built: run `make install` "
+                "(or `pip install --no-build-isolation -e .`) in the source tree"
+            ) from err
+        from flash_attn_cuda import fake_ops  # noqa: F401  (registers them)
+
+        _module = _C
+    return _module
+
+
+def ops():
+    """torch.ops.flash_attn_cuda, the extension loaded."""
+    if _module is None:
+        load()
+    return torch.ops.flash_attn_cuda
 
 
 def is_built():

@@ -4,8 +4,8 @@ import math
 
 import torch.nn.functional as F
 
+from flash_attn_cuda import _extension
 from flash_attn_cuda.checks import check_cu_seqlens, check_inputs, check_unbuilt_options
-from flash_attn_cuda.ops import FlashAttnFunction, FlashAttnPackedFunction
 
 
 def flash_attn_func(
@@ -33,14 +33,14 @@ def flash_attn_func(
     """
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(FlashAttnFunction.apply, (q, k, v), None, None, 0, 0, softmax_scale, causal,
-                      deterministic, return_attn_probs)
+    return _attention((q, k, v), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
 
 
-def _attention(op, tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                deterministic, return_attn_probs):
-    """op (the apply of an autograd.Function around a forward custom op) on checked tensors (q, k,
-    v, or packed ones) of either layout; the last of them is never None and has the head dim last."""
+    """The forward op (its autograd is in C++, csrc/torch_ops.cpp) on checked tensors of either
+    layout: (q, k, v), or (q or None, packed kv or qkv) for the packed op. The last of them has the
+    head dim last."""
     head_dim = tensors[-1].shape[-1]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
@@ -51,6 +51,8 @@ def _attention(op, tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     head_dim_padded = (head_dim + 31) // 32 * 32
     if head_dim_padded != head_dim:
         tensors = tuple(None if t is None else F.pad(t, (0, head_dim_padded - head_dim)) for t in tensors)
+    ops = _extension.ops()
+    op = ops.fwd if len(tensors) == 3 else ops.packed_fwd
     out, softmax_lse = op(
         *tensors, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
         bool(causal), bool(deterministic),
@@ -83,8 +85,7 @@ def flash_attn_qkvpacked_func(
     q, k, v = _unpack_checked(qkv, 3, "(batch, seqlen, 3, nheads, head_dim)", "qkv")
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(FlashAttnPackedFunction.apply, (None, qkv), None, None, 0, 0, softmax_scale,
-                      causal, deterministic, return_attn_probs)
+    return _attention((None, qkv), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(
@@ -104,8 +105,7 @@ def flash_attn_kvpacked_func(
     k, v = _unpack_checked(kv, 2, "(batch, seqlen_k, 2, nheads_k, head_dim)", "kv")
     check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
     check_inputs(q, k, v)
-    return _attention(FlashAttnPackedFunction.apply, (q, kv), None, None, 0, 0, softmax_scale, causal,
-                      deterministic, return_attn_probs)
+    return _attention((q, kv), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
 
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
@@ -147,8 +147,8 @@ def flash_attn_varlen_func(
         raise NotImplementedError("flash_attn_cuda: block_table (paged KV cache) is not implemented yet")
     _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(FlashAttnFunction.apply, (q, k, v), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                      max_seqlen_k, softmax_scale, causal, deterministic, return_attn_probs)
+    return _attention((q, k, v), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      deterministic, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -169,8 +169,8 @@ def flash_attn_varlen_qkvpacked_func(
     q, k, v = _unpack_checked(qkv, 3, "(total, 3, nheads, head_dim)", "qkv")
     _check_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(FlashAttnPackedFunction.apply, (None, qkv), cu_seqlens, cu_seqlens, max_seqlen,
-                      max_seqlen, softmax_scale, causal, deterministic, return_attn_probs)
+    return _attention((None, qkv), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal,
+                      deterministic, return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -194,5 +194,5 @@ def flash_attn_varlen_kvpacked_func(
     k, v = _unpack_checked(kv, 2, "(total_k, 2, nheads_k, head_dim)", "kv")
     _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
                   alibi_slopes)
-    return _attention(FlashAttnPackedFunction.apply, (q, kv), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                      max_seqlen_k, softmax_scale, causal, deterministic, return_attn_probs)
+    return _attention((q, kv), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      deterministic, return_attn_probs)

@@ -1,11 +1,12 @@
 """A few small forward and backward calls with odd shapes, for compute-sanitizer:
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize.py
-Every kernel runs: forward, backward preprocess, main and postprocess, deterministic or not."""
+Every kernel runs: forward, backward preprocess, main and postprocess, deterministic or not; the
+packed ops write the gradient of qkv through views of one tensor."""
 
 import torch
 
-from flash_attn_cuda import _extension, flash_attn_func, flash_attn_varlen_func
+from flash_attn_cuda import _extension, flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func
 
 built = _extension.load().built_config()
 dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
@@ -34,3 +35,9 @@ for causal in (False, True):
     out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
     print(f"varlen d={head_dim} causal={causal}: ok")
+
+qkv = torch.randn(2, 203, 3, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+out = flash_attn_qkvpacked_func(qkv, causal=True)
+out.backward(torch.randn_like(out))
+torch.cuda.synchronize()
+print(f"qkvpacked d={head_dim} causal=True: ok")

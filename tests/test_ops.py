@@ -1,0 +1,109 @@
+"""The ops torch.ops.flash_attn_cuda.* (csrc/torch_ops.cpp): schemas, fake implementations, the C++
+autograd and torch.compile tracing. On meta tensors (CPU, wherever the extension is built) and
+through torch.library.opcheck on CUDA tensors (GPU)."""
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from conftest import random_qkv, requires_gpu, skip_unbuilt
+from flash_attn_cuda import _extension
+
+needs_extension = pytest.mark.skipif(not _extension.is_built(), reason="the extension is not built")
+pytestmark = needs_extension
+
+SCALE = 0.125
+
+
+def ops():
+    return _extension.ops()
+
+
+def meta_qkv(nheads_k=2):
+    shapes = ((2, 65, 4, 64), (2, 81, nheads_k, 64), (2, 81, nheads_k, 64))
+    return [torch.empty(s, device="meta", dtype=torch.bfloat16).requires_grad_() for s in shapes]
+
+
+def fwd_args(q, k, v, causal=True, deterministic=False):
+    return (q, k, v, None, None, 0, 0, SCALE, causal, deterministic)
+
+
+def test_forward_and_backward_shapes_on_meta():
+    q, k, v = meta_qkv()
+    out, lse = ops().fwd(*fwd_args(q, k, v))
+    assert out.shape == q.shape and out.dtype == q.dtype and out.requires_grad
+    assert lse.shape == (2, 4, 65) and lse.dtype == torch.float32 and not lse.requires_grad
+    grads = torch.autograd.grad(out, (q, k, v), torch.empty_like(out))
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+
+
+@pytest.mark.parametrize("packed_q", [False, True])
+def test_packed_gradient_is_one_tensor_on_meta(packed_q):
+    """qkv packed (q None) or q with a packed kv: the packed tensor gets one gradient of its shape."""
+    q = None if packed_q else torch.empty(2, 65, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
+    packed = torch.empty(2, 65, 3 if packed_q else 2, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
+    out, _ = ops().packed_fwd(q, packed, None, None, 0, 0, SCALE, True, False)
+    assert out.shape == (2, 65, 4, 64)
+    leaves = (packed,) if packed_q else (q, packed)
+    grads = torch.autograd.grad(out, leaves, torch.empty_like(out))
+    assert [g.shape for g in grads] == [t.shape for t in leaves]
+
+
+def test_only_inputs_output_and_lse_are_saved_on_meta():
+    q, k, v = meta_qkv()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        ops().fwd(*fwd_args(q, k, v))
+    assert sorted(saved) == sorted([q.shape, k.shape, v.shape, q.shape, (2, 4, 65)])
+
+
+def test_double_backward_raises_on_meta():
+    q, k, v = meta_qkv()
+    out, _ = ops().fwd(*fwd_args(q, k, v))
+    (dq,) = torch.autograd.grad(out, (q,), torch.empty_like(out), create_graph=True)
+    with pytest.raises(RuntimeError, match="derivative for flash_attn_cuda::bwd is not implemented"):
+        dq.sum().backward()
+
+
+def test_compiled_training_step_records_both_ops_on_meta():
+    """torch.compile(fullgraph=True) traces the forward op into the forward graph and, through
+    the C++ autograd, the backward op into the backward graph."""
+    graphs = []
+
+    def keep_targets(gm, _inputs):
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return make_boxed_func(gm)
+
+    def step(q, k, v):
+        out, _ = ops().fwd(*fwd_args(q, k, v, deterministic=True))
+        return out.float().square().sum()
+
+    backend = aot_autograd(fw_compiler=keep_targets, bw_compiler=keep_targets)
+    q, k, v = meta_qkv()
+    torch.compile(step, fullgraph=True, backend=backend)(q, k, v).backward()
+    assert len(graphs) == 2
+    assert "flash_attn_cuda.fwd.default" in graphs[0] and "flash_attn_cuda.bwd.default" not in graphs[0]
+    assert "flash_attn_cuda.bwd.default" in graphs[1]
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_opcheck_on_cuda(causal):
+    """Schema, autograd registration, fake implementations against the CUDA kernels, and AOT
+    dispatch, for each op (deterministic backward, so that eager and traced runs agree bitwise)."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 97, 130, 4, 2, head_dim, dtype, seed=31))
+    torch.library.opcheck(ops().fwd.default, fwd_args(q, k, v, causal))
+    out, lse = ops().fwd(*fwd_args(q, k, v, causal))
+    dout = torch.randn_like(out)
+    torch.library.opcheck(ops().bwd.default, (dout, q, k, v, out.detach(), lse, None, None, 0, 0, SCALE, causal, True))
+    qkv = torch.randn(2, 97, 3, 4, head_dim, device="cuda", dtype=dtype).requires_grad_()
+    packed_args = (None, qkv, None, None, 0, 0, SCALE, causal, True)
+    torch.library.opcheck(ops().packed_fwd.default, packed_args)
+    out, lse = ops().packed_fwd(*packed_args)
+    torch.library.opcheck(ops().packed_bwd.default,
+                          (torch.randn_like(out), None, qkv, out.detach(), lse, None, None, 0, 0, SCALE, causal, True))
