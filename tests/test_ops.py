@@ -93,17 +93,19 @@ def test_compiled_training_step_records_both_ops_on_meta():
 @pytest.mark.parametrize("causal", [False, True])
 def test_opcheck_on_cuda(causal):
     """Schema, autograd registration, fake implementations against the CUDA kernels, and AOT
-    dispatch, for each op (deterministic backward, so that eager and traced runs agree bitwise)."""
+    dispatch, for each op (deterministic backward, so that eager and traced runs agree bitwise). The
+    backward ops get detached inputs, as autograd gives them: they have no derivative."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     q, k, v = (t.requires_grad_() for t in random_qkv(2, 97, 130, 4, 2, head_dim, dtype, seed=31))
     torch.library.opcheck(ops().fwd.default, fwd_args(q, k, v, causal))
     out, lse = ops().fwd(*fwd_args(q, k, v, causal))
-    dout = torch.randn_like(out)
-    torch.library.opcheck(ops().bwd.default, (dout, q, k, v, out.detach(), lse, None, None, 0, 0, SCALE, causal, True))
+    q, k, v, out = (t.detach() for t in (q, k, v, out))
+    torch.library.opcheck(ops().bwd.default,
+                          (torch.randn_like(out), q, k, v, out, lse, None, None, 0, 0, SCALE, causal, True))
     qkv = torch.randn(2, 97, 3, 4, head_dim, device="cuda", dtype=dtype).requires_grad_()
     packed_args = (None, qkv, None, None, 0, 0, SCALE, causal, True)
     torch.library.opcheck(ops().packed_fwd.default, packed_args)
     out, lse = ops().packed_fwd(*packed_args)
-    torch.library.opcheck(ops().packed_bwd.default,
-                          (torch.randn_like(out), None, qkv, out.detach(), lse, None, None, 0, 0, SCALE, causal, True))
+    torch.library.opcheck(ops().packed_bwd.default, (torch.randn_like(out), None, qkv.detach(), out.detach(), lse, None,
+                                                     None, 0, 0, SCALE, causal, True))
