@@ -23,18 +23,23 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using OptionalTensor = std::optional<Tensor>;
 
+// The max_seqlen arguments are SymInt in the schemas, so that torch.compile keeps them symbolic (a
+// varlen batch's longest sequence changes from step to step); the CUDA kernels see their values.
 std::tuple<Tensor, Tensor> fwd(const Tensor &q, const Tensor &k, const Tensor &v, const OptionalTensor &cu_seqlens_q,
-                               const OptionalTensor &cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                               const OptionalTensor &cu_seqlens_k, c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k,
                                double softmax_scale, bool causal, bool /* deterministic: for the backward */) {
-    return mha_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal);
+    return mha_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q.expect_int(), max_seqlen_k.expect_int(),
+                   softmax_scale, causal);
 }
 
 std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor &dout, const Tensor &q, const Tensor &k, const Tensor &v,
                                        const Tensor &out, const Tensor &softmax_lse, const OptionalTensor &cu_seqlens_q,
-                                       const OptionalTensor &cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                       double softmax_scale, bool causal, bool deterministic) {
-    return mha_bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                   softmax_scale, causal, deterministic, std::nullopt, std::nullopt, std::nullopt);
+                                       const OptionalTensor &cu_seqlens_k, c10::SymInt max_seqlen_q,
+                                       c10::SymInt max_seqlen_k, double softmax_scale, bool causal,
+                                       bool deterministic) {
+    return mha_bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q.expect_int(),
+                   max_seqlen_k.expect_int(), softmax_scale, causal, deterministic, std::nullopt, std::nullopt,
+                   std::nullopt);
 }
 
 // (q, k, v) from a packed qkv (..., 3, nheads, head_dim) (q none) or from q and a packed kv
@@ -50,10 +55,12 @@ std::tuple<Tensor, Tensor, Tensor> unpack(const OptionalTensor &q, const Tensor 
 }
 
 std::tuple<Tensor, Tensor> packed_fwd(const OptionalTensor &q, const Tensor &packed, const OptionalTensor &cu_seqlens_q,
-                                      const OptionalTensor &cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                      double softmax_scale, bool causal, bool /* deterministic: for the backward */) {
+                                      const OptionalTensor &cu_seqlens_k, c10::SymInt max_seqlen_q,
+                                      c10::SymInt max_seqlen_k, double softmax_scale, bool causal,
+                                      bool /* deterministic: for the backward */) {
     const auto [q_, k, v] = unpack(q, packed);
-    return mha_fwd(q_, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal);
+    return mha_fwd(q_, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q.expect_int(), max_seqlen_k.expect_int(),
+                   softmax_scale, causal);
 }
 
 // Returns (dq, dpacked); dq is empty when q is none (its gradient is in dpacked). The kernel writes
@@ -61,14 +68,14 @@ std::tuple<Tensor, Tensor> packed_fwd(const OptionalTensor &q, const Tensor &pac
 // autograd would stack (a copy).
 std::tuple<Tensor, Tensor> packed_bwd(const Tensor &dout, const OptionalTensor &q, const Tensor &packed,
                                       const Tensor &out, const Tensor &softmax_lse, const OptionalTensor &cu_seqlens_q,
-                                      const OptionalTensor &cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                      double softmax_scale, bool causal, bool deterministic) {
+                                      const OptionalTensor &cu_seqlens_k, c10::SymInt max_seqlen_q,
+                                      c10::SymInt max_seqlen_k, double softmax_scale, bool causal, bool deterministic) {
     const Tensor dpacked = at::empty(packed.sizes(), packed.options());
     const Tensor dq = q.has_value() ? at::empty(q->sizes(), q->options()) : at::empty({0}, packed.options());
     const auto [q_, k, v] = unpack(q, packed);
     const auto [dq_, dk, dv] = unpack(q.has_value() ? OptionalTensor(dq) : std::nullopt, dpacked);
-    mha_bwd(dout, q_, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-            causal, deterministic, dq_, dk, dv);
+    mha_bwd(dout, q_, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q.expect_int(),
+            max_seqlen_k.expect_int(), softmax_scale, causal, deterministic, dq_, dk, dv);
     return {dq, dpacked};
 }
 
@@ -81,14 +88,15 @@ c10::TypedOperatorHandle<Kernel> op_handle(const char *name) {
 
 // The arguments of a forward op after its tensors, which its backward op takes too.
 struct Options {
-    int64_t max_seqlen_q, max_seqlen_k;
+    c10::SymInt max_seqlen_q, max_seqlen_k;
     double softmax_scale;
     bool causal, deterministic;
 };
 
-void keep_options(AutogradContext *ctx, const Tensor &softmax_lse, const Options &options) {
-    // softmax_lse carries no gradient; materializing one would cost a zero-fill per backward.
-    ctx->mark_non_differentiable({softmax_lse});
+// softmax_lse carries no gradient: the Autograd kernels return it detached, and no gradient is
+// materialized for it (a zero-fill per backward). Marking it non-differentiable instead would
+// break compiled autograd, which asserts that no output is so marked.
+void keep_options(AutogradContext *ctx, const Options &options) {
     ctx->set_materialize_grads(false);
     ctx->saved_data["max_seqlen_q"] = options.max_seqlen_q;
     ctx->saved_data["max_seqlen_k"] = options.max_seqlen_k;
@@ -98,7 +106,7 @@ void keep_options(AutogradContext *ctx, const Tensor &softmax_lse, const Options
 }
 
 Options kept_options(AutogradContext *ctx) {
-    return {ctx->saved_data["max_seqlen_q"].toInt(), ctx->saved_data["max_seqlen_k"].toInt(),
+    return {ctx->saved_data["max_seqlen_q"].toSymInt(), ctx->saved_data["max_seqlen_k"].toSymInt(),
             ctx->saved_data["softmax_scale"].toDouble(), ctx->saved_data["causal"].toBool(),
             ctx->saved_data["deterministic"].toBool()};
 }
@@ -124,14 +132,14 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
 
     static variable_list forward(AutogradContext *ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                  const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
-                                 int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                                 c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale, bool causal,
                                  bool deterministic) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         static const auto fwd_op = op_handle<decltype(fwd)>("flash_attn_cuda::fwd");
         const auto [out, softmax_lse] = fwd_op.call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                     softmax_scale, causal, deterministic);
         ctx->save_for_backward({q, k, v, out, softmax_lse, or_undefined(cu_seqlens_q), or_undefined(cu_seqlens_k)});
-        keep_options(ctx, softmax_lse, {max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic});
+        keep_options(ctx, {max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic});
         return {out, softmax_lse};
     }
 
@@ -153,7 +161,7 @@ struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFuncti
 
     static variable_list forward(AutogradContext *ctx, const OptionalTensor &q, const Tensor &packed,
                                  const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
-                                 int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                                 c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale, bool causal,
                                  bool deterministic) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         static const auto fwd_op = op_handle<decltype(packed_fwd)>("flash_attn_cuda::packed_fwd");
@@ -161,7 +169,7 @@ struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFuncti
                                                     max_seqlen_k, softmax_scale, causal, deterministic);
         ctx->save_for_backward(
             {or_undefined(q), packed, out, softmax_lse, or_undefined(cu_seqlens_q), or_undefined(cu_seqlens_k)});
-        keep_options(ctx, softmax_lse, {max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic});
+        keep_options(ctx, {max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic});
         return {out, softmax_lse};
     }
 
@@ -183,38 +191,42 @@ struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFuncti
 
 std::tuple<Tensor, Tensor> fwd_autograd(const Tensor &q, const Tensor &k, const Tensor &v,
                                         const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
-                                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
-                                        bool deterministic) {
+                                        c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale,
+                                        bool causal, bool deterministic) {
     const variable_list outputs = AttentionFunction::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                            max_seqlen_k, softmax_scale, causal, deterministic);
-    return {outputs[0], outputs[1]};
+    return {outputs[0], outputs[1].detach()};
 }
 
 std::tuple<Tensor, Tensor> packed_fwd_autograd(const OptionalTensor &q, const Tensor &packed,
                                                const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
-                                               int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-                                               bool causal, bool deterministic) {
+                                               c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k,
+                                               double softmax_scale, bool causal, bool deterministic) {
     const variable_list outputs = PackedAttentionFunction::apply(q, packed, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                                  max_seqlen_k, softmax_scale, causal, deterministic);
-    return {outputs[0], outputs[1]};
+    return {outputs[0], outputs[1].detach()};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(flash_attn_cuda, m) {
+    // Where torch looks for the fake implementations when an op is traced before _extension.load().
+    m.set_python_module("flash_attn_cuda.fake_ops");
     m.def(
-        "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
-        "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic) -> (Tensor out, Tensor softmax_lse)");
+        "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
+        "SymInt max_seqlen_k, float softmax_scale, bool causal, bool deterministic) "
+        "-> (Tensor out, Tensor softmax_lse)");
     m.def(
         "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor? cu_seqlens_q, "
-        "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+        "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
         "bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)");
     m.def(
-        "packed_fwd(Tensor? q, Tensor packed, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
-        "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic) -> (Tensor out, Tensor softmax_lse)");
+        "packed_fwd(Tensor? q, Tensor packed, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
+        "SymInt max_seqlen_k, float softmax_scale, bool causal, bool deterministic) "
+        "-> (Tensor out, Tensor softmax_lse)");
     m.def(
         "packed_bwd(Tensor dout, Tensor? q, Tensor packed, Tensor out, Tensor softmax_lse, Tensor? cu_seqlens_q, "
-        "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+        "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
         "bool deterministic) -> (Tensor dq, Tensor dpacked)");
 }
 

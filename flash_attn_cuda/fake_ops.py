@@ -29,6 +29,10 @@ def _(dout, q, k, v, *rest):
 
 @torch.library.register_fake("flash_attn_cuda::packed_fwd")
 def _(q, packed, cu_seqlens_q, *options):
+    parts = 3 if q is None else 2
+    if packed.dim() < 3 or packed.shape[-3] != parts:
+        raise ValueError(f"the packed tensor must have {parts} parts in its third dimension from the last, got "
+                         f"shape {tuple(packed.shape)}")
     return _forward_like(packed.select(-3, 0) if q is None else q, cu_seqlens_q)
 
 

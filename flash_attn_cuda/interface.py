@@ -54,8 +54,8 @@ def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     ops = _extension.ops()
     op = ops.fwd if len(tensors) == 3 else ops.packed_fwd
     out, softmax_lse = op(
-        *tensors, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
-        bool(causal), bool(deterministic),
+        *tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
+        bool(deterministic),
     )
     if head_dim_padded != head_dim:
         out = out[..., :head_dim]

@@ -5,7 +5,9 @@ through torch.library.opcheck on CUDA tensors (GPU)."""
 import pytest
 import torch
 from functorch.compile import make_boxed_func
+from torch._dynamo import compiled_autograd
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounter
 
 from conftest import random_qkv, requires_gpu, skip_unbuilt
 from flash_attn_cuda import _extension
@@ -86,6 +88,32 @@ def test_compiled_training_step_records_both_ops_on_meta():
     assert "flash_attn_cuda.fwd.default" in graphs[0] and "flash_attn_cuda.bwd.default" not in graphs[0]
     assert "flash_attn_cuda.bwd.default" in graphs[1]
     assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+def test_compiled_varlen_keeps_max_seqlen_symbolic_on_meta():
+    """A varlen batch's longest sequence changes from step to step: under torch.compile(dynamic=True)
+    max_seqlen is a SymInt of the schemas, so new values reuse the traced graph."""
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter, dynamic=True, fullgraph=True)
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        return ops().fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, SCALE, True, False)[0]
+
+    for max_seqlen in (100, 117, 130):
+        q, k, v = (torch.empty(300, 4, 64, device="meta", dtype=torch.bfloat16) for _ in range(3))
+        cu_seqlens = torch.empty(4, device="meta", dtype=torch.int32)
+        assert attend(q, k, v, cu_seqlens, max_seqlen).shape == q.shape
+    assert counter.frame_count == 1
+
+
+def test_compiled_autograd_runs_the_backward_on_meta():
+    """Compiled autograd traces the backward of a forward run eagerly (the C++ Function leaves no
+    output marked non-differentiable, which compiled autograd does not allow)."""
+    q, k, v = meta_qkv()
+    out, lse = ops().fwd(*fwd_args(q, k, v))
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        out.float().sum().backward()
+    assert q.grad.shape == q.shape and v.grad.shape == v.shape and not lse.requires_grad
 
 
 @pytest.mark.gpu

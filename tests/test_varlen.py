@@ -3,6 +3,7 @@ against the padded path, and the checks of cu_seqlens (CPU and GPU)."""
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from conftest import (
     assert_compiled_grads_equal_eager,
@@ -184,6 +185,23 @@ def test_varlen_torch_compile_fullgraph():
         return out.float().square().sum()
 
     assert_compiled_grads_equal_eager(loss_fn, (q, k, v))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_varlen_compiled_keeps_max_seqlen_symbolic():
+    """torch.compile(dynamic=True) of the public function: batches with other lengths and another
+    max_seqlen run the same graph, and give eager's output."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(flash_attn_varlen_func, backend=counter, dynamic=True, fullgraph=True)
+    for seed, lengths in enumerate(([100, 3, 250], [17, 190, 64], [300, 1, 5])):
+        cu = cu_seqlens_of(lengths)
+        q, k, v, _ = random_varlen(lengths, lengths, 4, 2, head_dim, dtype, seed=20 + seed)
+        args = (q, k, v, cu, cu, max(lengths), max(lengths))
+        assert torch.equal(compiled(*args, causal=True), flash_attn_varlen_func(*args, causal=True))
+    assert counter.frame_count == 1
 
 
 @pytest.mark.gpu
