@@ -42,9 +42,12 @@ def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     layout: (q, k, v), or (q or None, packed kv or qkv) for the packed op. The last of them has the
     head dim last."""
     head_dim = tensors[-1].shape[-1]
+    # The default needs no check, and stays symbolic under torch.compile(dynamic=True).
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
-    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+    elif math.isfinite(softmax_scale) and softmax_scale > 0:
+        softmax_scale = float(softmax_scale)
+    else:
         raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
     # The kernels exist for head dims 32, 64, ..., 256: pad with zeros (which change neither
     # q k^T nor the first head_dim columns of the output) and slice the output back.
@@ -54,7 +57,7 @@ def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     ops = _extension.ops()
     op = ops.fwd if len(tensors) == 3 else ops.packed_fwd
     out, softmax_lse = op(
-        *tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
+        *tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, bool(causal),
         bool(deterministic),
     )
     if head_dim_padded != head_dim:

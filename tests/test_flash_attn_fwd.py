@@ -116,6 +116,22 @@ def test_softmax_scale():
     assert_lse_close(lse, q, k, causal=True, softmax_scale=0.37)
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.5, float("inf"), float("nan")])
+def test_invalid_softmax_scale_raises(scale):
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 16, 16, 2, 2, head_dim, dtype, seed=0)
+    with pytest.raises(ValueError, match="softmax_scale must be positive and finite"):
+        flash_attn_func(q, k, v, softmax_scale=scale)
+
+
+def test_integer_softmax_scale():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 77, 77, 2, 2, head_dim, dtype, seed=1)
+    assert_numerics_rule(flash_attn_func(q, k, v, softmax_scale=1), q, k, v, causal=False, softmax_scale=1.0)
+
+
 def test_large_inputs_do_not_overflow():
     """Scores of hundreds: the online softmax must subtract the running max before exp."""
     dtype, head_dim = torch.bfloat16, 128
