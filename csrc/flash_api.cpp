@@ -493,7 +493,9 @@ py::dict built_config() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "FlashAttention-2 kernels (CUDA, CuTe): what was built and the dispatch tables; the ops are torch.ops.flash_attn_cuda";
+    m.doc() =
+        "FlashAttention-2 kernels (CUDA, CuTe): what was built and the dispatch tables; the ops are "
+        "torch.ops.flash_attn_cuda";
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps, num_stages) the forward dispatch table picks", py::arg("head_dim"),
           py::arg("causal"), py::arg("sm"));

@@ -25,8 +25,7 @@ def load():
 
 def ops():
     """torch.ops.flash_attn_cuda, the extension loaded."""
-    if _module is None:
-        load()
+    load()
     return torch.ops.flash_attn_cuda
 
 
