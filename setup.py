@@ -95,11 +95,22 @@ def _extension():
     archs, hdims, dtypes = _archs(), _hdims(), _dtypes()
     if gen.main(["--check"]) != 0:
         gen.main([])
-    print(f"flash_attn_cuda: archs={archs} head_dims={hdims} dtypes={dtypes}")
-    macros = [f"-DFLASH_ATTN_HDIM_{d}" for d in hdims] + [f"-DFLASH_ATTN_DTYPE_{t.upper()}" for t in dtypes]
+    families = [f for f in gen.families_for(archs) if f.built_head_dims(hdims)]
+    family_hdims = {f.name: f.built_head_dims(hdims) for f in families}
+    print(f"flash_attn_cuda: archs={archs} dtypes={dtypes} head dims per family={family_hdims}")
+    macros = [f"-DFLASH_ATTN_DTYPE_{t.upper()}" for t in dtypes]
     # Host only: nvcc splits -D values at commas ("-DFLASH_ATTN_ARCHS=80,90" defines a macro "90").
-    archs_macro = "-DFLASH_ATTN_ARCHS=" + ",".join(map(str, archs))
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    host_macros = [
+        "-DFLASH_ATTN_ARCHS=" + ",".join(map(str, archs)),
+        "-DFLASH_ATTN_KERNEL_HDIMS=" + ",".join(map(str, gen.HEAD_DIMS)),
+    ]
+    for name, dims in family_hdims.items():
+        host_macros.append(f"-DFLASH_ATTN_{name.upper()}_HDIMS=" + ",".join(map(str, dims)))
+        if name != "sm80":
+            host_macros.append(f"-DFLASH_ATTN_FAMILY_{name.upper()}")
+    # sm_90a (not sm_90): the Hopper family's wgmma and setmaxnreg exist only there; the FA2 family
+    # runs the same on either.
+    gencode = [f"-gencode=arch=compute_{a}{'a' if a == 90 else ''},code=sm_{a}{'a' if a == 90 else ''}" for a in archs]
     nvcc_flags = [
         "-O3",
         "-std=c++17",
@@ -113,11 +124,14 @@ def _extension():
         "-lineinfo",
         f"--threads={os.environ.get('NVCC_THREADS', '4')}",
     ]
+    host_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
+    host_sources += [f"csrc/{f.name}/family.cpp" for f in families]
     return CUDAExtension(
         name="flash_attn_cuda._C",
-        sources=["csrc/flash_api.cpp", "csrc/torch_ops.cpp"] + gen.kernel_files(hdims, dtypes),
+        sources=host_sources + gen.kernel_files(families, hdims, dtypes),
         include_dirs=[str(ROOT / "csrc"), str(_cutlass_include())] + _pip_cuda_include(),
-        extra_compile_args={"cxx": ["-O3", "-std=c++20", archs_macro] + macros, "nvcc": nvcc_flags + gencode + macros},
+        extra_compile_args={"cxx": ["-O3", "-std=c++20"] + host_macros + macros,
+                            "nvcc": nvcc_flags + gencode + macros},
     )
 
 

@@ -1,5 +1,6 @@
-"""Attention throughput on the paper's grid (section 4.1): flash_attn_cuda vs PyTorch SDPA's
-flash, cuDNN, efficient and math backends, measured in one process.
+"""Attention throughput on the paper's grid (section 4.1): flash_attn_cuda (the best family, and the
+FA2 family forced) vs PyTorch SDPA's flash, cuDNN, efficient and math backends and FlashAttention-4
+(the flash-attn-4 package, where importable), measured in one process.
 
 python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16,fp16]
     [--directions fwd,bwd,fwd_bwd] ...
@@ -26,7 +27,9 @@ SDPA_BACKENDS = {
     "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
     "sdpa_math": SDPBackend.MATH,
 }
-IMPLS = ["flash_attn_cuda", *SDPA_BACKENDS]
+IMPLS = ["flash_attn_cuda", "flash_attn_cuda_sm80", *SDPA_BACKENDS, "fa4"]
+# Column labels of the printed table.
+LABELS = {"flash_attn_cuda_sm80": "sm80", "fa4": "fa4", **{name: name[5:] for name in SDPA_BACKENDS}}
 TOKENS = 16384
 HIDDEN = 2048
 
@@ -40,6 +43,16 @@ def attention_fn(impl, causal):
     """impl's attention as f(q, k, v) in our (batch, seqlen, nheads, d) layout."""
     if impl == "flash_attn_cuda":
         return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)
+    if impl == "flash_attn_cuda_sm80":
+        return lambda q, k, v: forced_sm80(flash_attn_func, q, k, v, causal=causal)
+    if impl == "fa4":
+        from flash_attn.cute import flash_attn_func as fa4_func
+
+        def fa4(q, k, v):
+            out = fa4_func(q, k, v, causal=causal)
+            return out[0] if isinstance(out, tuple) else out
+
+        return fa4
     backend = SDPA_BACKENDS[impl]
 
     def sdpa(q, k, v):
@@ -49,6 +62,24 @@ def attention_fn(impl, causal):
         return out.transpose(1, 2)
 
     return sdpa
+
+
+def forced_sm80(fn, *args, **kwargs):
+    """fn with the FA2 family forced (FLASH_ATTN_CUDA_FAMILY=sm80, read at each call)."""
+    os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm80"
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        del os.environ["FLASH_ATTN_CUDA_FAMILY"]
+
+
+def available_impls():
+    """IMPLS less fa4 where flash-attn-4 cannot be imported."""
+    try:
+        import flash_attn.cute  # noqa: F401
+    except ImportError:
+        return [i for i in IMPLS if i != "fa4"]
+    return IMPLS
 
 
 def make_call(impl, q, k, v, causal, direction):
@@ -128,7 +159,7 @@ def print_table(rows):
         by_key.setdefault(key, {})[r["impl"]] = r["tflops"]
     others = [i for i in IMPLS if i != "flash_attn_cuda"]
     print(f"{'dir':7} {'dtype':5} {'d':>4} {'causal':6} {'seqlen':>6} {'ours':>7} "
-          + " ".join(f"{i[5:]:>9}" for i in others) + "  " + " ".join(f"{'x' + i[5:]:>9}" for i in others))
+          + " ".join(f"{LABELS[i]:>9}" for i in others) + "  " + " ".join(f"{'x' + LABELS[i]:>9}" for i in others))
     for (direction, dtype, hdim, causal, seqlen), t in sorted(by_key.items()):
         ours = t.get("flash_attn_cuda")
         cells = " ".join(f"{t[i]:9.1f}" if i in t else f"{'-':>9}" for i in others)
@@ -155,11 +186,11 @@ def metadata():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="bf16")
-    parser.add_argument("--hdims", default="64,128")
+    parser.add_argument("--hdims", default="64,128,256")
     parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     parser.add_argument("--causal", default="false,true")
     parser.add_argument("--directions", default="fwd,bwd,fwd_bwd")
-    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--impls", default=",".join(available_impls()))
     parser.add_argument("--skip-math-above", type=int, default=8192)
     parser.add_argument("--quick", action="store_true", help="a smoke subset: seqlen 2k and 16k")
     parser.add_argument("--json", action="store_true", help="write results/attn_h100.json and its _meta.json")

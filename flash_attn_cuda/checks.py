@@ -1,74 +1,35 @@
-"""Argument checks of the public functions: a clear Python exception for every input the kernels
-do not take."""
+"""The argument checks Python makes before calling an op. The tensors themselves (dtypes, shapes,
+devices, cu_seqlens' kind) are checked by the op (csrc/api/checks.cpp), on any device; here only what
+must happen before it: the head dim before it is padded, the values of cu_seqlens (read back to
+the host), and the options the kernels do not implement."""
 
 import torch
 
-DTYPES = (torch.float16, torch.bfloat16)
-MAX_HEAD_DIM = 256
+from flash_attn_cuda.head_dims import MAX_HEAD_DIM
 
 
-def check_inputs(q, k, v, varlen=False):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype not in DTYPES:
-            raise TypeError(f"flash_attn_cuda supports fp16 and bf16; {name} is {t.dtype}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    layout = "(total_tokens, nheads, head_dim)" if varlen else "(batch, seqlen, nheads, head_dim)"
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != (3 if varlen else 4):
-            raise ValueError(f"{name} must be {layout}, got shape {tuple(t.shape)}")
-    nheads, head_dim = q.shape[-2:]
-    if varlen:
-        if k.shape[-1] != head_dim:
-            raise ValueError(f"k must be (total_k, nheads_k, {head_dim}), got {tuple(k.shape)}")
-    elif k.shape[0] != q.shape[0] or k.shape[3] != head_dim:
-        raise ValueError(f"k must be ({q.shape[0]}, seqlen_k, nheads_k, {head_dim}), got {tuple(k.shape)}")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+def check_head_dim(head_dim):
     if not 0 < head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}] (at most {MAX_HEAD_DIM}), got {head_dim}")
-    nheads_k = k.shape[-2]
-    if nheads_k == 0 or nheads % nheads_k != 0:
-        raise ValueError(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1)")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not t.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
-    if not q.device == k.device == v.device:
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
-def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k, device):
-    """Every check of the varlen offsets. The checks of their values read them back to the host (a
-    device sync), once per cu_seqlens tensor: a tensor that passed is marked, and not read again
-    until it is modified in place (its version counter moves) or used with a new total or
-    max_seqlen. So a model's layers and the backward pass share one sync per batch. The value checks
-    are skipped under torch.compile and CUDA graph capture, where they cannot run: the kernels then
-    clamp every sequence to the tensors, so bad offsets give wrong rows but never out-of-bounds
-    accesses."""
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(cu, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
-        if cu.dtype != torch.int32:
-            raise TypeError(f"{name} must be int32, got {cu.dtype}")
-        if cu.device != device:
-            raise ValueError(f"{name} must be on the device of q ({device}), got {cu.device}")
-        if cu.dim() != 1 or cu.numel() < 1:
-            raise ValueError(f"{name} must be a 1-D tensor of length batch + 1, got shape {tuple(cu.shape)}")
-    if cu_seqlens_k.numel() != cu_seqlens_q.numel():
-        raise ValueError(
-            f"cu_seqlens_q and cu_seqlens_k must both have length batch + 1, got {cu_seqlens_q.numel()} "
-            f"and {cu_seqlens_k.numel()}"
-        )
-    for name, max_seqlen in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not 0 <= max_seqlen < 2**30:
-            raise ValueError(f"{name} must be in [0, 2**30), got {max_seqlen}")
-    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+def check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k):
+    """The checks of the varlen offsets' values, which read them back to the host (a device sync),
+    once per cu_seqlens tensor: a tensor that passed is marked, and not read again until it is
+    modified in place (its version counter moves) or used with a new total or max_seqlen. So a
+    model's layers and the backward pass share one sync per batch. Skipped under torch.compile and
+    CUDA graph capture, where they cannot run: the kernels then clamp every sequence to the tensors,
+    so bad offsets give wrong rows but never out-of-bounds accesses. Offsets the op will reject for
+    their kind (dtype, shape, device) are left to it."""
+    if torch.compiler.is_compiling():
         return
-    _check_offsets(cu_seqlens_q, "q", total_q, max_seqlen_q)
-    _check_offsets(cu_seqlens_k, "k", total_k, max_seqlen_k)
+    for cu, side, total, max_seqlen in ((cu_seqlens_q, "q", total_q, max_seqlen_q),
+                                        (cu_seqlens_k, "k", total_k, max_seqlen_k)):
+        if not (isinstance(cu, torch.Tensor) and cu.dtype == torch.int32 and cu.dim() == 1 and cu.numel() >= 1):
+            return
+        if cu.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return
+        _check_offsets(cu, side, total, max_seqlen)
 
 
 def _check_offsets(cu_seqlens, side, total, max_seqlen):
@@ -100,7 +61,7 @@ def _check_offsets(cu_seqlens, side, total, max_seqlen):
         cu_seqlens._flash_attn_cuda_checked = (state, passed | {(total, max_seqlen)})
 
 
-def check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes):
+def reject_unimplemented_options(dropout_p, window_size, softcap, alibi_slopes):
     if dropout_p != 0.0:
         raise NotImplementedError("flash_attn_cuda: dropout_p != 0 is not implemented yet")
     if tuple(window_size) != (-1, -1):

@@ -5,7 +5,8 @@ import math
 import torch.nn.functional as F
 
 from flash_attn_cuda import _extension
-from flash_attn_cuda.checks import check_cu_seqlens, check_inputs, check_unbuilt_options
+from flash_attn_cuda.checks import check_cu_seqlens_values, check_head_dim, reject_unimplemented_options
+from flash_attn_cuda.head_dims import kernel_head_dim
 
 
 def flash_attn_func(
@@ -31,17 +32,23 @@ def flash_attn_func(
     deterministic=True makes the backward pass accumulate dq in a fixed order (bitwise
     reproducible, slower); the default adds with atomics. softmax_lse carries no gradient.
     """
-    check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
-    check_inputs(q, k, v)
-    return _attention((q, k, v), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
+    return _attention(q=q, k=k, v=v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
-def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-               deterministic, return_attn_probs):
-    """The forward op (its autograd is in C++, csrc/torch_ops.cpp) on checked tensors of either
-    layout: (q, k, v), or (q or None, packed kv or qkv) for the packed op. The last of them has the
-    head dim last."""
-    head_dim = tensors[-1].shape[-1]
+def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+               max_seqlen_k=0, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+               return_attn_probs):
+    """Every public function's forward: the op fwd on q, k, v, or packed_fwd on q (or None) and a
+    packed kv (or qkv). The ops check the tensors and carry the autograd (csrc/api/torch_ops.cpp)."""
+    reject_unimplemented_options(dropout_p, window_size, softcap, alibi_slopes)
+    head_dim = (q if q is not None else packed).shape[-1]
+    check_head_dim(head_dim)
+    if cu_seqlens_q is not None:
+        total_k = (k if packed is None else packed).shape[0]
+        check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                (q if q is not None else packed).shape[0], total_k)
     # The default needs no check, and stays symbolic under torch.compile(dynamic=True).
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
@@ -49,27 +56,20 @@ def _attention(tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         softmax_scale = float(softmax_scale)
     else:
         raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
-    # The kernels exist for head dims 32, 64, ..., 256: pad with zeros (which change neither
-    # q k^T nor the first head_dim columns of the output) and slice the output back.
-    head_dim_padded = (head_dim + 31) // 32 * 32
-    if head_dim_padded != head_dim:
-        tensors = tuple(None if t is None else F.pad(t, (0, head_dim_padded - head_dim)) for t in tensors)
+    # Pad to the kernel's head dim with zeros (which change neither q k^T nor the first head_dim
+    # columns of the output) and slice the output back.
+    padding = kernel_head_dim(head_dim) - head_dim
+    if padding:
+        q, k, v, packed = (None if t is None else F.pad(t, (0, padding)) for t in (q, k, v, packed))
+    options = (max_seqlen_q, max_seqlen_k, softmax_scale, bool(causal), bool(deterministic))
     ops = _extension.ops()
-    op = ops.fwd if len(tensors) == 3 else ops.packed_fwd
-    out, softmax_lse = op(
-        *tensors, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, bool(causal),
-        bool(deterministic),
-    )
-    if head_dim_padded != head_dim:
+    if packed is None:
+        out, softmax_lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *options)
+    else:
+        out, softmax_lse = ops.packed_fwd(q, packed, cu_seqlens_q, cu_seqlens_k, *options)
+    if padding:
         out = out[..., :head_dim]
     return (out, softmax_lse, None) if return_attn_probs else out
-
-
-def _unpack_checked(packed, parts, layout, name):
-    """The views of a packed tensor of the given layout, the packed dim being the third from last."""
-    if packed.dim() != layout.count(",") + 1 or packed.shape[-3] != parts:
-        raise ValueError(f"{name} must be {layout}, got shape {tuple(packed.shape)}")
-    return packed.unbind(-3)
 
 
 def flash_attn_qkvpacked_func(
@@ -85,10 +85,9 @@ def flash_attn_qkvpacked_func(
 ):
     """flash_attn_func on qkv (batch, seqlen, 3, nheads, head_dim). The kernels read q, k, v in
     place and the backward writes the gradient of qkv as one tensor."""
-    q, k, v = _unpack_checked(qkv, 3, "(batch, seqlen, 3, nheads, head_dim)", "qkv")
-    check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
-    check_inputs(q, k, v)
-    return _attention((None, qkv), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
+    return _attention(packed=qkv, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_kvpacked_func(
@@ -105,17 +104,9 @@ def flash_attn_kvpacked_func(
 ):
     """flash_attn_func on q (batch, seqlen_q, nheads, head_dim) and kv (batch, seqlen_k, 2,
     nheads_k, head_dim), whose gradient the backward writes as one tensor."""
-    k, v = _unpack_checked(kv, 2, "(batch, seqlen_k, 2, nheads_k, head_dim)", "kv")
-    check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
-    check_inputs(q, k, v)
-    return _attention((q, kv), None, None, 0, 0, softmax_scale, causal, deterministic, return_attn_probs)
-
-
-def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
-                  alibi_slopes):
-    check_unbuilt_options(dropout_p, window_size, softcap, alibi_slopes)
-    check_inputs(q, k, v, varlen=True)
-    check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0], q.device)
+    return _attention(q=q, packed=kv, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_varlen_func(
@@ -148,10 +139,10 @@ def flash_attn_varlen_func(
     """
     if block_table is not None:
         raise NotImplementedError("flash_attn_cuda: block_table (paged KV cache) is not implemented yet")
-    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
-                  alibi_slopes)
-    return _attention((q, k, v), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                      deterministic, return_attn_probs)
+    return _attention(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
+                      softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes, deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -169,11 +160,10 @@ def flash_attn_varlen_qkvpacked_func(
 ):
     """flash_attn_varlen_func on qkv (total, 3, nheads, head_dim), q, k and v sharing cu_seqlens;
     the backward writes the gradient of qkv as one tensor."""
-    q, k, v = _unpack_checked(qkv, 3, "(total, 3, nheads, head_dim)", "qkv")
-    _check_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, window_size, softcap,
-                  alibi_slopes)
-    return _attention((None, qkv), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal,
-                      deterministic, return_attn_probs)
+    return _attention(packed=qkv, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
+                      max_seqlen_k=max_seqlen, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -194,8 +184,7 @@ def flash_attn_varlen_kvpacked_func(
 ):
     """flash_attn_varlen_func on q (total_q, nheads, head_dim) and kv (total_k, 2, nheads_k,
     head_dim), whose gradient the backward writes as one tensor."""
-    k, v = _unpack_checked(kv, 2, "(total_k, 2, nheads_k, head_dim)", "kv")
-    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, window_size, softcap,
-                  alibi_slopes)
-    return _attention((q, kv), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                      deterministic, return_attn_probs)
+    return _attention(q=q, packed=kv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
+                      softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes, deterministic=deterministic, return_attn_probs=return_attn_probs)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from flash_attn_cuda import _extension
+from flash_attn_cuda.head_dims import kernel_head_dim
 
 
 def gpu_skip_reason():
@@ -20,7 +21,7 @@ def kernel_skip_reason(head_dim, dtype):
     if reason:
         return reason
     built = _extension.load().built_config()
-    kernel_dim = (head_dim + 31) // 32 * 32
+    kernel_dim = kernel_head_dim(head_dim)
     if kernel_dim not in built["head_dims"]:
         return f"head dim {kernel_dim} not built (FLASH_ATTN_HDIMS)"
     name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]

@@ -3,13 +3,14 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include <cutlass/numeric_types.h>
 
-#include "flash.h"
+#include "common/flash.h"
 
 #define CUDA_OK(expr)                                                                         \
     do {                                                                                      \
@@ -69,7 +70,7 @@ inline void fill_grid_params(Flash_fwd_params &p, Buffers &buffers, int seqlen, 
     p.head_dim = d;
     p.softmax_scale = 1.f / std::sqrt(float(d));
     p.softmax_scale_log2 = p.softmax_scale * float(M_LOG2E);
-    p.sm = 90;
+    p.is_bf16 = std::is_same_v<Element, cutlass::bfloat16_t>;
 }
 
 // Mean milliseconds of one launch over 30, after 5 warm-up launches.

@@ -1,8 +1,8 @@
 // Times one forward tile shape, chosen at compile time (TUNE_HDIM, TUNE_BLOCK_M, TUNE_BLOCK_N,
 // TUNE_WARPS), over part of the paper's grid (the environment variable TUNE_SEQLENS, e.g.
-// "512,1024", picks the sequence lengths): the data behind csrc/fwd_tile_config.h. Built and run by
+// "512,1024", picks the sequence lengths): the data behind csrc/sm80/fwd_tile_config.h. Built and run by
 // tune.sh, one binary per shape.
-#include "flash_fwd_launch_template.h"
+#include "sm80/flash_fwd_launch_template.h"
 #include "tune_common.h"
 
 using Traits = FwdKernelTraits<TUNE_HDIM, TUNE_BLOCK_M, TUNE_BLOCK_N, TUNE_WARPS, Element>;
@@ -12,7 +12,7 @@ void time_config(int seqlen, uint32_t seed) {
     Buffers buffers;
     Flash_fwd_params p{};
     fill_grid_params(p, buffers, seqlen, TUNE_HDIM, seed);
-    const float ms = time_ms([&] { launch_fwd<Traits, kIsCausal>(p, 0); });
+    const float ms = time_ms([&] { flash::sm80::launch_fwd<Traits, kIsCausal>(p, 0); });
     std::printf("fwd causal=%d seqlen=%d smem=%d ms=%.4f tflops=%.1f\n", int(kIsCausal), seqlen, Traits::kSmemSize, ms,
                 forward_flops(seqlen, TUNE_HDIM, kIsCausal) / ms * 1e-9);
 }

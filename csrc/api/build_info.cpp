@@ -1,0 +1,89 @@
+// The pybind11 module flash_attn_cuda._C: what was built, the sm80 dispatch tables, and which family
+// serves a forward (the ops themselves are torch.ops.flash_attn_cuda, torch_ops.cpp).
+#include <torch/extension.h>
+
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/attention.h"
+#include "api/families.h"
+#include "sm80/bwd_tile_config.h"
+#include "sm80/family.h"
+#include "sm80/fwd_tile_config.h"
+
+namespace {
+
+// Set by setup.py from FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_HDIMS and FLASH_ATTN_DTYPES.
+constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
+
+std::vector<std::string> built_dtypes() {
+    std::vector<std::string> dtypes;
+#ifdef FLASH_ATTN_DTYPE_FP16
+    dtypes.push_back("fp16");
+#endif
+#ifdef FLASH_ATTN_DTYPE_BF16
+    dtypes.push_back("bf16");
+#endif
+    return dtypes;
+}
+
+py::dict built_config() {
+    py::dict family_head_dims;
+    family_head_dims["sm80"] = std::vector<int>{FLASH_ATTN_SM80_HDIMS};
+#ifdef FLASH_ATTN_FAMILY_SM90
+    family_head_dims["sm90"] = std::vector<int>{FLASH_ATTN_SM90_HDIMS};
+#endif
+    py::dict config;
+    config["archs"] = std::vector<int>(std::begin(kBuiltArchs), std::end(kBuiltArchs));
+    config["families"] = built_families();
+    // The FA2 family has every built head dim; the others a subset.
+    config["head_dims"] = family_head_dims["sm80"];
+    config["family_head_dims"] = family_head_dims;
+    config["dtypes"] = built_dtypes();
+    return config;
+}
+
+py::tuple fwd_kernel_config(int head_dim, bool causal) {
+    const flash::sm80::FwdTileConfig cfg = flash::sm80::fwd_tile_config(head_dim, causal);
+    return py::make_tuple(cfg.block_m, cfg.block_n, cfg.num_warps);
+}
+
+py::dict bwd_kernel_config(int head_dim) {
+    const flash::sm80::BwdTileConfig cfg = flash::sm80::bwd_tile_config(head_dim);
+    py::dict config;
+    config["block_m"] = cfg.block_m;
+    config["block_n"] = cfg.block_n;
+    config["num_warps"] = cfg.num_warps;
+    config["atom_m_sdp"] = cfg.atom_m_sdp;
+    config["atom_m_dkv"] = cfg.atom_m_dkv;
+    config["atom_m_dq"] = cfg.atom_m_dq;
+    config["stages_q_do"] = cfg.stages_q_do;
+    config["dq_before_dk"] = cfg.dq_before_dk;
+    config["smem_bytes"] = flash::sm80::bwd_smem_bytes(head_dim);
+    return config;
+}
+
+std::string family_of_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                       const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
+                       int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal) {
+    return mha_fwd_family(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                          AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, false});
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "FlashAttention kernels (CUDA, CuTe): what was built, the FA2 family's dispatch tables and "
+              "which family serves a forward; the ops are torch.ops.flash_attn_cuda";
+    m.def("built_config", &built_config, "archs, kernel families, head dims and dtypes this build has kernels for");
+    m.def("fwd_kernel_config", &fwd_kernel_config,
+          "(block_m, block_n, num_warps) of the FA2 family's forward at a kernel head dim", py::arg("head_dim"),
+          py::arg("causal"));
+    m.def("bwd_kernel_config", &bwd_kernel_config, "the FA2 family's backward table entry at a kernel head dim",
+          py::arg("head_dim"));
+    m.def("fwd_family", &family_of_fwd, "the family (sm80 or sm90) that runs this forward on these tensors' GPU",
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
+          py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("softmax_scale"), py::arg("causal"));
+}

@@ -1,0 +1,55 @@
+#include "api/families.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <c10/util/Exception.h>
+
+#include "sm80/family.h"
+#ifdef FLASH_ATTN_FAMILY_SM90
+#include "sm90/family.h"
+#endif
+
+namespace {
+
+bool sm80_forced() {
+    const char *forced = std::getenv("FLASH_ATTN_CUDA_FAMILY");
+    if (forced == nullptr || forced[0] == '\0') {
+        return false;
+    }
+    TORCH_CHECK_VALUE(std::strcmp(forced, "sm80") == 0,
+                      "FLASH_ATTN_CUDA_FAMILY must be sm80 (to force the FA2 family) or unset, got ", forced);
+    return true;
+}
+
+}  // namespace
+
+const char *family_name(Family family) { return family == Family::kSm90 ? "sm90" : "sm80"; }
+
+std::vector<std::string> built_families() {
+    std::vector<std::string> families{"sm80"};
+#ifdef FLASH_ATTN_FAMILY_SM90
+    families.push_back("sm90");
+#endif
+    return families;
+}
+
+Family fwd_family([[maybe_unused]] const Flash_fwd_params &params, [[maybe_unused]] int sm) {
+    const bool sm80_only = sm80_forced();  // read in every build, so that a bad value raises
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (sm == 90 && !sm80_only && flash::sm90::supports_fwd(params)) {
+        return Family::kSm90;
+    }
+#endif
+    return Family::kSm80;
+}
+
+bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream) {
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (family == Family::kSm90) {
+        return flash::sm90::run_fwd(params, stream);
+    }
+#endif
+    TORCH_INTERNAL_ASSERT(family == Family::kSm80);
+    return flash::sm80::run_fwd(params, stream);
+}

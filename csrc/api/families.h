@@ -1,0 +1,27 @@
+// Which kernel family serves a problem. A family is a set of kernels for one kind of hardware
+// (csrc/sm80, csrc/sm90) behind host entry points that take the parameter structs; the API knows
+// nothing else of them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "common/flash.h"
+
+enum class Family { kSm80, kSm90 };
+
+const char *family_name(Family family);
+
+// The families this build holds.
+std::vector<std::string> built_families();
+
+// The family that runs this forward on a GPU of compute capability sm: the Hopper family where it
+// is built, the GPU is sm90 and it supports the problem, else the FA2 family. The environment
+// variable FLASH_ATTN_CUDA_FAMILY=sm80 forces the FA2 family (for comparisons, and as an escape hatch).
+Family fwd_family(const Flash_fwd_params &params, int sm);
+
+// Launches the forward on family; false if the build has no kernel for the params' element type
+// and head dim there.
+bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream);

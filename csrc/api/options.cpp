@@ -1,0 +1,45 @@
+#include "api/options.h"
+
+#include <cmath>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+namespace {
+
+std::string saved_key(int index) { return "option" + std::to_string(index); }
+
+}  // namespace
+
+AttentionOptions AttentionOptions::from_stack(c10::ArrayRef<c10::IValue> args) {
+    TORCH_INTERNAL_ASSERT(args.size() == kCount);
+    return {args[0].toSymInt(), args[1].toSymInt(), args[2].toDouble(), args[3].toBool(), args[4].toBool()};
+}
+
+void AttentionOptions::push(torch::jit::Stack &stack) const {
+    torch::jit::push(stack, max_seqlen_q, max_seqlen_k, softmax_scale, causal, deterministic);
+}
+
+void AttentionOptions::save(torch::autograd::AutogradContext *ctx) const {
+    torch::jit::Stack values;
+    push(values);
+    for (int i = 0; i < kCount; ++i) {
+        ctx->saved_data[saved_key(i)] = values[i];
+    }
+}
+
+AttentionOptions AttentionOptions::saved(torch::autograd::AutogradContext *ctx) {
+    torch::jit::Stack values;
+    for (int i = 0; i < kCount; ++i) {
+        values.push_back(ctx->saved_data[saved_key(i)]);
+    }
+    return from_stack(values);
+}
+
+void AttentionOptions::set_params(Flash_fwd_params &params) const {
+    TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive, got ",
+                      softmax_scale);
+    params.is_causal = causal;
+    params.softmax_scale = static_cast<float>(softmax_scale);
+    params.softmax_scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+}

@@ -1,0 +1,36 @@
+// The attention options of every op, in one struct from the op schema to the kernel parameters: a
+// variant adds its schema entry to kSchema, its field here and in the three conversions of
+// options.cpp (stack, autograd context, params), then its kernel code and its test.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/SymInt.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "common/flash.h"
+
+struct AttentionOptions {
+    // The trailing arguments of every op's schema, in this order.
+    static constexpr const char *kSchema =
+        "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, bool deterministic";
+    static constexpr int kCount = 5;
+
+    // Varlen: at least the longest sequence (ignored for the padded layout).
+    c10::SymInt max_seqlen_q, max_seqlen_k;
+    double softmax_scale;
+    bool causal;
+    // The backward accumulates dQ in a fixed order (bitwise reproducible).
+    bool deterministic;
+
+    // The last kCount values of an op's arguments; push appends them in schema order.
+    static AttentionOptions from_stack(c10::ArrayRef<c10::IValue> args);
+    void push(torch::jit::Stack &stack) const;
+
+    // Kept in an autograd context for the backward.
+    void save(torch::autograd::AutogradContext *ctx) const;
+    static AttentionOptions saved(torch::autograd::AutogradContext *ctx);
+
+    // The options' fields of the kernel parameters (checks them first).
+    void set_params(Flash_fwd_params &params) const;
+};

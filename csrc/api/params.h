@@ -1,0 +1,20 @@
+// Filling the kernels' parameter structs from checked tensors: the one place that knows both.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "api/checks.h"
+#include "api/options.h"
+#include "common/flash.h"
+
+// q, k, v, out, softmax_lse laid out as Problem describes.
+Flash_fwd_params fwd_params(const Problem &p, const AttentionOptions &options, const at::Tensor &q,
+                            const at::Tensor &k, const at::Tensor &v, const at::Tensor &out,
+                            const at::Tensor &softmax_lse);
+
+// The forward's tensors, dout, and the gradients' buffers (dk and dv with one head per query head);
+// the workspace pointers are set by the caller once it has allocated them.
+Flash_bwd_params bwd_params(const Problem &p, const AttentionOptions &options, const at::Tensor &q,
+                            const at::Tensor &k, const at::Tensor &v, const at::Tensor &out,
+                            const at::Tensor &softmax_lse, const at::Tensor &dout, const at::Tensor &dq,
+                            const at::Tensor &dk, const at::Tensor &dv);

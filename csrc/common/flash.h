@@ -1,0 +1,78 @@
+// Plain parameter structs shared by the API (csrc/api) and every kernel family: no torch, no CuTe.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+struct Flash_fwd_params {
+    // Tensors in (batch, seqlen, nheads, head_dim) layout with a contiguous last dim; varlen:
+    // (total tokens, nheads, head_dim), the batch strides unused.
+    void *__restrict__ q_ptr;
+    void *__restrict__ k_ptr;
+    void *__restrict__ v_ptr;
+    void *__restrict__ o_ptr;
+    // (batch, nheads, seqlen_q), contiguous.
+    float *__restrict__ softmax_lse_ptr;
+
+    int64_t q_batch_stride, k_batch_stride, v_batch_stride, o_batch_stride;
+    int64_t q_row_stride, k_row_stride, v_row_stride, o_row_stride;
+    int64_t q_head_stride, k_head_stride, v_head_stride, o_head_stride;
+
+    int batch;
+    // Varlen: the maximum lengths of a sequence.
+    int seqlen_q, seqlen_k;
+    // Varlen: (batch + 1) offsets of each sequence's first token, cu_seqlens[batch] being the total
+    // number of tokens (total_q, total_k); null for the padded layout.
+    const int *__restrict__ cu_seqlens_q;
+    const int *__restrict__ cu_seqlens_k;
+    int total_q, total_k;
+    int num_heads, num_heads_k;
+    // The kernel's kHeadDim (flash_attn_func pads q, k, v to it) and the element type: a family
+    // dispatches on them, and on is_causal, to its compiled kernels.
+    int head_dim;
+    bool is_bf16;
+
+    // The attention options (api/options.h fills them, in one place).
+    bool is_causal;
+    float softmax_scale;
+    // softmax_scale * log2(e): the kernels exponentiate with exp2.
+    float softmax_scale_log2;
+};
+
+// The backward pass reads q, k, v, o (Flash_fwd_params) and the forward's logsumexp.
+struct Flash_bwd_params : Flash_fwd_params {
+    // dO: (batch, seqlen_q, nheads, head_dim) with a contiguous last dim.
+    void *__restrict__ do_ptr;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    // Outputs, contiguous. dk and dv have one head per query head (nheads); flash_api.cpp sums
+    // the heads of a group for MQA/GQA.
+    void *__restrict__ dq_ptr;
+    void *__restrict__ dk_ptr;
+    void *__restrict__ dv_ptr;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+
+    // Rows of the fp32 scratch buffers below per (batch, head), seqlen_q rounded up to a multiple of
+    // the backward's kBlockM; varlen: per head, total_q + batch * kBlockM, sequence b starting at row
+    // cu_seqlens_q[b] + b * kBlockM (BlockInfo::accum_row0).
+    int accum_rows;
+    // (batch, nheads, accum_rows * head_dim) fp32 (varlen: (nheads, accum_rows * head_dim)): dQ
+    // accumulated over the KV blocks, each Q block's kBlockM * head_dim floats in the main kernel's
+    // register order (dq_accum.h).
+    float *__restrict__ dq_accum_ptr;
+    // (batch, nheads, accum_rows) fp32 (varlen: (nheads, accum_rows)): D = rowsum(dO * O).
+    float *__restrict__ softmax_d_ptr;
+    // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
+    // deterministic: KV block j adds into a Q block once the count there reaches j. Else null.
+    int *__restrict__ dq_semaphore_ptr;
+};
+
+// The scratch memory a family's backward needs, which the API allocates: the sizes of the buffers
+// behind dq_accum_ptr, softmax_d_ptr and (when deterministic) dq_semaphore_ptr, the last zeroed.
+struct BwdWorkspace {
+    int accum_rows;
+    int64_t dq_accum_floats;
+    int64_t softmax_d_floats;
+    int64_t semaphore_ints;
+};

@@ -1,0 +1,177 @@
+// FlashAttention-2 forward, Algorithm 1 of the paper, with the Ampere tensor-core MMA.
+// One thread block per (row block of Q, batch, head); warps split the rows of Q.
+#pragma once
+
+#include <cmath>
+
+#include <cute/tensor.hpp>
+
+#include "common/block_info.h"
+#include "common/block_range.h"
+#include "common/flash.h"
+#include "common/mask.h"
+#include "common/softmax.h"
+#include "sm80/utils.h"
+
+namespace flash {
+
+using namespace cute;
+
+template <typename Traits, bool kIsCausal>
+__global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ Flash_fwd_params params) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+
+    extern __shared__ __align__(128) char smem[];
+
+    // Causal row blocks near the bottom have the most work: start them first.
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int bidb = blockIdx.y;
+    const int bidh = blockIdx.z;
+    const int bidh_k = bidh / (params.num_heads / params.num_heads_k);
+    const int tidx = threadIdx.x;
+
+    const BlockInfo binfo(params, bidb);
+    const int row0 = m_block * kBlockM;
+    if (row0 >= binfo.seqlen_q) {
+        return;
+    }
+    const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift()};
+    const BlockRange n_blocks = kv_block_range(mask, row0, kBlockM, kBlockN);
+
+    // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
+    auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+    auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+    auto q_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+        return binfo.q_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, bidh);
+    };
+    auto k_rows = [&](void *ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+        return binfo.k_rows<Element, kHeadDim>(ptr, batch_stride, row_stride, head_stride, bidh_k);
+    };
+    Tensor gQ = local_tile(q_rows(params.q_ptr, params.q_batch_stride, params.q_row_stride, params.q_head_stride),
+                           tile_qo, make_coord(m_block, 0));
+    Tensor gO = local_tile(q_rows(params.o_ptr, params.o_batch_stride, params.o_row_stride, params.o_head_stride),
+                           tile_qo, make_coord(m_block, 0));
+    // (kBlockN, kHeadDim, n_blocks)
+    Tensor gK = local_tile(k_rows(params.k_ptr, params.k_batch_stride, params.k_row_stride, params.k_head_stride),
+                           tile_kv, make_coord(_, 0));
+    Tensor gV = local_tile(k_rows(params.v_ptr, params.v_batch_stride, params.v_row_stride, params.v_head_stride),
+                           tile_kv, make_coord(_, 0));
+
+    Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element *>(smem)), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+    Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
+
+    typename Traits::GmemTiledCopyIn gmem_tiled_copy;
+    auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
+    Tensor tQgQ = gmem_thr_copy.partition_S(gQ);
+    Tensor tQsQ = gmem_thr_copy.partition_D(sQ);
+    Tensor tKgK = gmem_thr_copy.partition_S(gK);  // (CPY, CPY_N, CPY_K, n_blocks)
+    Tensor tKsK = gmem_thr_copy.partition_D(sK);
+    Tensor tVgV = gmem_thr_copy.partition_S(gV);
+    Tensor tVsV = gmem_thr_copy.partition_D(sV);
+    Tensor tQcQ = gmem_thr_copy.partition_S(make_identity_tensor(tile_qo));
+    Tensor tKVcKV = gmem_thr_copy.partition_S(make_identity_tensor(tile_kv));
+
+    typename Traits::TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(tidx);
+    Tensor tSrQ = thr_mma.partition_fragment_A(sQ);
+    Tensor tSrK = thr_mma.partition_fragment_B(sK);
+    Tensor tOrVt = thr_mma.partition_fragment_B(sVt);
+    Tensor acc_o = partition_fragment_C(tiled_mma, tile_qo);
+    Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+
+    auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+    auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+    auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+    Tensor tSsQ = smem_copy_q.get_thread_slice(tidx).partition_S(sQ);
+    Tensor tSsK = smem_copy_k.get_thread_slice(tidx).partition_S(sK);
+    Tensor tOsVt = smem_copy_v.get_thread_slice(tidx).partition_S(sVt);
+
+    // Line 5: O = 0, l = 0, m = -inf.
+    clear(acc_o);
+    OnlineSoftmax<decltype(size<0>(rowcol(acc_o.layout())))::value> softmax;
+
+    // One step of the inner loop (Algorithm 1 lines 7-10) for KV block n_block. One shared buffer
+    // each for K and V: the load of V_j overlaps S = Q K_j^T, the load of K_{j-1} overlaps P V_j.
+    auto kv_step = [&](int n_block, auto masked) {
+        const int col0 = n_block * kBlockN;
+        Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+        cp_async_wait<0>();
+        __syncthreads();  // K_j visible to all; everyone is done reading V_{j+1}
+        // Only the last KV block can be partial, and it is one of the masked ones.
+        if constexpr (decltype(masked)::value) {
+            copy_zfill(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, binfo.seqlen_k - col0);
+        } else {
+            copy(gmem_tiled_copy, tVgV(_, _, _, n_block), tVsV);
+        }
+        cp_async_fence();
+
+        // Line 8: S = Q K_j^T.
+        gemm_ss(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_copy_q, smem_copy_k);
+        if constexpr (decltype(masked)::value) {
+            mask.apply(acc_s, tScS, row0, col0);
+        }
+
+        cp_async_wait<0>();
+        __syncthreads();  // V_j visible to all; everyone is done reading K_j
+        if (n_block > 0) {
+            copy(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK);
+            cp_async_fence();
+        }
+
+        // Lines 9-10: online softmax, then O += P~ V_j with P~ kept in registers.
+        softmax.update(make_tensor(acc_s.data(), rowcol(acc_s.layout())), make_tensor(acc_o.data(), rowcol(acc_o.layout())),
+                       params.softmax_scale_log2);
+        Tensor rP = convert_type<Element>(acc_s);
+        Tensor tOrP = make_tensor(rP.data(), acc_as_operand_a(rP.layout()));
+        gemm_rs(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, smem_copy_v);
+    };
+
+    // The KV blocks are visited from the last to the first, so the blocks that need a mask (the
+    // seqlen_k edge and the causal diagonal) come first; the loop over the others has no mask
+    // code at all.
+    if (n_blocks.begin < n_blocks.end) {
+        int n_block = n_blocks.end - 1;
+        // Line 4, and line 7 for K of the first block.
+        copy_zfill(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, binfo.seqlen_q - row0);
+        copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, binfo.seqlen_k - n_block * kBlockN);
+        cp_async_fence();
+        for (; n_block >= 0 && mask.needed(row0, n_block * kBlockN, kBlockN); --n_block) {
+            kv_step(n_block, cute::true_type{});
+        }
+        for (; n_block >= 0; --n_block) {
+            kv_step(n_block, cute::false_type{});
+        }
+    }
+
+    // Lines 12-13.
+    Tensor lse = softmax.finalize(make_tensor(acc_o.data(), rowcol(acc_o.layout())), params.softmax_scale);
+
+    // Lines 14-15. O goes through shared memory (Q's, unread since the last barrier) so that the
+    // global stores are 16 bytes wide.
+    copy_acc_to_smem<typename Traits::SmemCopyAtomAcc>(tiled_mma, convert_type<Element>(acc_o), sO, tidx);
+
+    Tensor tOcO = thr_mma.partition_C(make_identity_tensor(tile_qo));
+    Tensor tOcO_rows = make_tensor(tOcO.data(), rowcol(tOcO.layout()));
+    float *lse_rows = params.softmax_lse_ptr + binfo.lse_row0(params, bidh) + row0;
+    if (get<1>(tOcO_rows(0, 0)) == 0) {
+        CUTE_UNROLL
+        for (int r = 0; r < size(lse); ++r) {
+            const int row = get<0>(tOcO_rows(r, 0));
+            if (row < binfo.seqlen_q - row0) {
+                lse_rows[row] = lse(r);
+            }
+        }
+    }
+
+    __syncthreads();
+    copy_smem_rows_to_gmem<typename Traits::GmemTiledCopyOut>(sO, gO, binfo.seqlen_q - row0, tidx);
+}
+
+}  // namespace flash
