@@ -5,29 +5,47 @@ import math
 import torch
 
 
-def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, compute_dtype=torch.float32):
+def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                  upcast=True, compute_dtype=torch.float32):
     """softmax(q k^T * scale) v in the flash_attn_func layout: q (batch, seqlen_q, nheads, d),
     k/v (batch, seqlen_k, nheads_k, d), nheads a multiple of nheads_k.
 
     upcast=True computes in compute_dtype (float32 or float64) from the given inputs; upcast=False
     is the standard implementation in the inputs' dtype (matmuls in that dtype, softmax in
     float32 as PyTorch does it, P cast back before P v): the error baseline of the numerics rule.
-    causal is aligned to the bottom-right corner; a query row that sees no key gets output 0 and
-    logsumexp +inf. Returns (out in q's dtype, lse float32 (batch, nheads, seqlen_q)).
+    The variants follow flash-attn 2.x, with shift = seqlen_k - seqlen_q, query row i, key j:
+    softcap > 0 makes the scaled score softcap * tanh(score / softcap); alibi_slopes (nheads,) or
+    (batch, nheads) add -slope * |i + shift - j|; window_size (left, right) keeps the keys with
+    i + shift - left <= j <= i + shift + right (-1: unbounded), causal setting right = 0. A query
+    row that sees no key gets output 0 and logsumexp +inf. Returns (out in q's dtype, lse float32
+    (batch, nheads, seqlen_q)).
     """
     dtype = q.dtype
-    seqlen_q, seqlen_k, d = q.shape[1], k.shape[1], q.shape[-1]
+    batch, seqlen_q, nheads, d = q.shape
+    seqlen_k = k.shape[1]
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
-    groups = q.shape[2] // k.shape[2]
+    groups = nheads // k.shape[2]
     k = k.repeat_interleave(groups, dim=2)
     v = v.repeat_interleave(groups, dim=2)
     if upcast:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k).to(torch.float32 if not upcast else compute_dtype) * scale
-    if causal:
-        row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
-        col = torch.arange(seqlen_k, device=q.device).view(1, -1)
-        scores = scores.masked_fill(col > row + seqlen_k - seqlen_q, float("-inf"))
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
+    col = torch.arange(seqlen_k, device=q.device).view(1, -1)
+    offset = col - row - (seqlen_k - seqlen_q)  # j - (i + shift)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
+        scores = scores - slopes * offset.abs().to(scores.dtype)
+    left, right = window_size
+    right = 0 if causal else right
+    masked = torch.zeros_like(offset, dtype=torch.bool)
+    if right >= 0:
+        masked |= offset > right
+    if left >= 0:
+        masked |= offset < -left
+    scores = scores.masked_fill(masked, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)

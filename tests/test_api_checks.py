@@ -71,7 +71,6 @@ def test_cpu_tensor():
     "option,match",
     [
         ({"dropout_p": 0.1}, "dropout_p"),
-        ({"window_size": (16, 0)}, "window_size"),
         ({"softcap": 30.0}, "softcap"),
         ({"alibi_slopes": torch.ones(2)}, "alibi_slopes"),
     ],

@@ -28,7 +28,7 @@ def meta_qkv(nheads_k=2):
 
 
 def fwd_args(q, k, v, causal=True, deterministic=False):
-    return (q, k, v, None, None, 0, 0, SCALE, causal, deterministic)
+    return (q, k, v, None, None, 0, 0, SCALE, causal, -1, -1, deterministic)
 
 
 def test_forward_and_backward_shapes_on_meta():
@@ -45,7 +45,7 @@ def test_packed_gradient_is_one_tensor_on_meta(packed_q):
     """qkv packed (q None) or q with a packed kv: the packed tensor gets one gradient of its shape."""
     q = None if packed_q else torch.empty(2, 65, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
     packed = torch.empty(2, 65, 3 if packed_q else 2, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
-    out, _ = ops().packed_fwd(q, packed, None, None, 0, 0, SCALE, True, False)
+    out, _ = ops().packed_fwd(q, packed, None, None, 0, 0, SCALE, True, -1, -1, False)
     assert out.shape == (2, 65, 4, 64)
     leaves = (packed,) if packed_q else (q, packed)
     grads = torch.autograd.grad(out, leaves, torch.empty_like(out))
@@ -97,7 +97,7 @@ def test_compiled_varlen_keeps_max_seqlen_symbolic_on_meta():
 
     @torch.compile(backend=counter, dynamic=True, fullgraph=True)
     def attend(q, k, v, cu_seqlens, max_seqlen):
-        return ops().fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, SCALE, True, False)[0]
+        return ops().fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, SCALE, True, -1, -1, False)[0]
 
     for max_seqlen in (100, 117, 130):
         q, k, v = (torch.empty(300, 4, 64, device="meta", dtype=torch.bfloat16) for _ in range(3))

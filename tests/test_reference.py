@@ -59,3 +59,51 @@ def test_low_precision_reference_differs_from_upcast_one():
     out_pt, _ = attention_ref(q, k, v, upcast=False)
     err = (out_pt.float() - out_ref.float()).abs().max().item()
     assert 0 < err < 0.05
+
+
+def naive_variant_attention(q, k, v, scale, window, softcap, slopes):
+    """Row by row in float64, with the window (left, right), softcap and ALiBi slopes (nheads,) of
+    flash-attn 2.x written out per key."""
+    batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k = k.shape[1]
+    shift = seqlen_k - seqlen_q
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((batch, nheads, seqlen_q), math.inf, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(nheads):
+            for i in range(seqlen_q):
+                keys = [j for j in range(seqlen_k)
+                        if (window[0] < 0 or j >= i + shift - window[0]) and (window[1] < 0 or j <= i + shift + window[1])]
+                if not keys:
+                    continue
+                s = (k[b, keys, h].double() @ q[b, i, h].double()) * scale
+                if softcap > 0:
+                    s = softcap * torch.tanh(s / softcap)
+                s = s - slopes[h].double() * torch.tensor([abs(i + shift - j) for j in keys], dtype=torch.float64)
+                lse[b, h, i] = torch.logsumexp(s, 0)
+                out[b, i, h] = torch.softmax(s, 0) @ v[b, keys, h].double()
+    return out, lse
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (2, 0), (0, 3), (3, -1), (-1, 1), (1, 1)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(5, 9), (9, 5), (7, 7)])
+@pytest.mark.parametrize("softcap,alibi", [(0.0, False), (2.0, False), (0.0, True), (3.0, True)])
+def test_reference_variants_match_naive(window, seqlen_q, seqlen_k, softcap, alibi):
+    gen = torch.Generator().manual_seed(seqlen_q * 10 + seqlen_k + window[0] * 7 + window[1])
+    q = torch.randn(2, seqlen_q, 3, 16, generator=gen)
+    k = torch.randn(2, seqlen_k, 3, 16, generator=gen)
+    v = torch.randn(2, seqlen_k, 3, 16, generator=gen)
+    slopes = torch.rand(3, generator=gen) if alibi else torch.zeros(3)
+    out, lse = attention_ref(q, k, v, softmax_scale=0.4, window_size=window, softcap=softcap,
+                             alibi_slopes=slopes if alibi else None, compute_dtype=torch.float64)
+    out_naive, lse_naive = naive_variant_attention(q, k, v, 0.4, window, softcap, slopes)
+    torch.testing.assert_close(out.double(), out_naive, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), lse_naive, rtol=1e-5, atol=1e-6)
+
+
+def test_reference_causal_is_window_right_zero():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, n, 2, 8, generator=gen) for n in (6, 9, 9))
+    out_causal, _ = attention_ref(q, k, v, causal=True, window_size=(2, -1))
+    out_window, _ = attention_ref(q, k, v, window_size=(2, 0))
+    torch.testing.assert_close(out_causal, out_window, rtol=0, atol=0)

@@ -13,13 +13,16 @@
 struct AttentionOptions {
     // The trailing arguments of every op's schema, in this order.
     static constexpr const char *kSchema =
-        "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, bool deterministic";
-    static constexpr int kCount = 5;
+        "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, "
+        "int window_right, bool deterministic";
+    static constexpr int kCount = 7;
 
     // Varlen: at least the longest sequence (ignored for the padded layout).
     c10::SymInt max_seqlen_q, max_seqlen_k;
     double softmax_scale;
     bool causal;
+    // The sliding window (flash-attn 2.x window_size): -1 is unbounded; causal sets right to 0.
+    int64_t window_left, window_right;
     // The backward accumulates dQ in a fixed order (bitwise reproducible).
     bool deterministic;
 

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+// A side of the attention window with no bound (params window_left / window_right; common/mask.h).
+inline constexpr int kWindowUnbounded = 1 << 30;
+
 struct Flash_fwd_params {
     // Tensors in (batch, seqlen, nheads, head_dim) layout with a contiguous last dim; varlen:
     // (total tokens, nheads, head_dim), the batch strides unused.
@@ -32,8 +35,11 @@ struct Flash_fwd_params {
     int head_dim;
     bool is_bf16;
 
-    // The attention options (api/options.h fills them, in one place).
+    // The attention options (api/options.h fills them, in one place). The window: query row i sees
+    // key j iff -window_left <= j - (i + seqlen_k - seqlen_q) <= window_right (kWindowUnbounded: no
+    // bound on that side; causal has window_right = 0).
     bool is_causal;
+    int window_left, window_right;
     float softmax_scale;
     // softmax_scale * log2(e): the kernels exponentiate with exp2.
     float softmax_scale_log2;

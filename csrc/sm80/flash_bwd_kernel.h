@@ -41,10 +41,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     if (col0 >= binfo.seqlen_k) {
         return;
     }
-    const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift()};
-    // Q blocks [m_block_min, m_block_max) hold every query that sees some key of this block
-    // (causal: query i sees key j iff i >= j - shift, so the blocks above are skipped whole).
-    const BlockRange m_blocks = q_block_range(mask, col0, kBlockM, binfo.seqlen_q);
+    const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
+    // Q blocks [m_block_min, m_block_max) hold every query that sees some key of this block; the
+    // others (above the causal diagonal, outside the window) are skipped whole.
+    const BlockRange m_blocks = q_block_range(mask, col0, kBlockM, kBlockN, binfo.seqlen_q);
     const int m_block_min = m_blocks.begin, m_block_max = m_blocks.end;
 
     // Algorithm 2 lines 1-3: the blocks of Q, dO (over i), K_j, V_j, dK_j, dV_j and dQ (fp32).
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         gemm_ss(mma_sdp, acc_dp, tdPrdO, tdPrV,
                 smem_thr_copy_sdp_a.partition_S(stage_tensor(smem_do, stage, LayoutQdO{})), tdPsV, smem_copy_sdp_a,
                 smem_copy_sdp_b);
-        if (mask.needed(row0, col0, kBlockN)) {
+        if (mask.needed(row0, col0, kBlockM, kBlockN)) {
             mask.apply(acc_s, tScS, row0, col0);
         }
 
@@ -237,7 +237,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             clear(acc_dq);
             gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_copy_dq_a, smem_copy_dq_b);
             if (semaphore != nullptr) {
-                semaphore_wait(semaphore + m_block, n_block);
+                // The KV blocks that add into this Q block are a range (block_range.h): this one's
+                // turn is its place in it.
+                semaphore_wait(semaphore + m_block, n_block - kv_block_range(mask, row0, kBlockM, kBlockN).begin);
             }
         };
         auto add_dq_part = [&](int part, int parts) {

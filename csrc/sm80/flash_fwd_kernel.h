@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     if (row0 >= binfo.seqlen_q) {
         return;
     }
-    const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift()};
+    const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
     const BlockRange n_blocks = kv_block_range(mask, row0, kBlockM, kBlockN);
 
     // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
         cp_async_wait<0>();
         __syncthreads();  // V_j visible to all; everyone is done reading K_j
-        if (n_block > 0) {
+        if (n_block > n_blocks.begin) {
             copy(gmem_tiled_copy, tKgK(_, _, _, n_block - 1), tKsK);
             cp_async_fence();
         }
@@ -134,19 +134,23 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     };
 
     // The KV blocks are visited from the last to the first, so the blocks that need a mask (the
-    // seqlen_k edge and the causal diagonal) come first; the loop over the others has no mask
-    // code at all.
+    // seqlen_k edge and the right edge of the window: the causal diagonal) come first, then the
+    // unmasked ones, whose loop has no mask code at all, then those on the window's left edge.
     if (n_blocks.begin < n_blocks.end) {
         int n_block = n_blocks.end - 1;
+        const int unmasked_begin = max(n_blocks.begin, kv_block_left_edge_end(mask, row0, kBlockM, kBlockN));
         // Line 4, and line 7 for K of the first block.
         copy_zfill(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, binfo.seqlen_q - row0);
         copy_zfill(gmem_tiled_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, binfo.seqlen_k - n_block * kBlockN);
         cp_async_fence();
-        for (; n_block >= 0 && mask.needed(row0, n_block * kBlockN, kBlockN); --n_block) {
+        for (; n_block >= unmasked_begin && mask.needed(row0, n_block * kBlockN, kBlockM, kBlockN); --n_block) {
             kv_step(n_block, cute::true_type{});
         }
-        for (; n_block >= 0; --n_block) {
+        for (; n_block >= unmasked_begin; --n_block) {
             kv_step(n_block, cute::false_type{});
+        }
+        for (; n_block >= n_blocks.begin; --n_block) {
+            kv_step(n_block, cute::true_type{});
         }
     }
 

@@ -1,0 +1,94 @@
+"""The attention variants of flash-attn 2.x (sliding window so far) against the float32 reference,
+forward and backward, under the numerics rule of DESIGN.md (GPU)."""
+
+import pytest
+import torch
+
+from conftest import assert_within_rule, dtype_id, grads_of, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+# Narrower and wider than a block, one side only, and windows that leave rows with no key.
+WINDOWS = [(17, 0), (0, 17), (130, 300), (1000, -1), (-1, 100), (5, 5), (0, 0)]
+SEQLENS = [(1, 1), (113, 203), (203, 113), (1000, 1000), (128, 2049), (2049, 128)]
+
+
+def random_dout(q, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
+
+
+def assert_matches_reference(q, k, v, dout, **variant):
+    """Forward and backward of flash_attn_func with these variant arguments against the float32
+    reference, each within the numerics rule (the standard implementation's error in the inputs'
+    dtype as the baseline)."""
+    poison_allocator()
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse, _ = flash_attn_func(*leaves, return_attn_probs=True, **variant)
+    grads = torch.autograd.grad(out, leaves, dout)
+    ref, pt = {}, {}
+    for upcast, results in ((True, ref), (False, pt)):
+        inputs = [t.detach().float() if upcast else t.detach().clone() for t in (q, k, v)]
+        inputs = [t.requires_grad_() for t in inputs]
+        o, l = attention_ref(*inputs, upcast=upcast, **variant)
+        results["out"], results["lse"] = o, l
+        results["grads"] = torch.autograd.grad(o, inputs, dout.to(o.dtype))
+    assert_within_rule("out", out, ref["out"], pt["out"])
+    finite = ref["lse"].isfinite()
+    assert torch.equal(lse.isfinite(), finite), "rows with no visible key must have lse +inf"
+    torch.testing.assert_close(lse[finite], ref["lse"][finite], rtol=0, atol=1e-3)
+    for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, ref["grads"], pt["grads"]):
+        assert_within_rule(name, g, g_ref, g_pt)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
+@pytest.mark.parametrize("window", WINDOWS)
+def test_window_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k, window):
+    skip_unbuilt(head_dim, dtype)
+    seed = seqlen_q + 7 * seqlen_k + 13 * head_dim + window[0] + 3 * window[1]
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype, seed=seed)
+    assert_matches_reference(q, k, v, random_dout(q, seed + 1), causal=causal, window_size=window)
+
+
+@pytest.mark.parametrize("window", [(64, 0), (31, 31)])
+def test_window_with_gqa_is_deterministic_on_request(window):
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 777, 777, 8, 2, head_dim, dtype, seed=5)
+    dout = random_dout(q, 6)
+    assert_matches_reference(q, k, v, dout, window_size=window)
+    runs = [grads_of(lambda *t: flash_attn_func(*t, window_size=window, deterministic=True), (q, k, v), dout)[1]
+            for _ in range(2)]
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_window_varlen_matches_each_sequence():
+    dtype, head_dim, window = torch.bfloat16, 64, (40, 10)
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [300, 0, 17, 129], [250, 5, 0, 400]
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn_like(k)
+    cu = [torch.tensor([0] + torch.tensor(n).cumsum(0).tolist(), device="cuda", dtype=torch.int32)
+          for n in (lengths_q, lengths_k)]
+    out = flash_attn_varlen_func(q, k, v, cu[0], cu[1], max(lengths_q), max(lengths_k), window_size=window)
+    for b, (q_b, k_b, v_b) in enumerate(zip(q.split(lengths_q), k.split(lengths_k), v.split(lengths_k))):
+        if not len(q_b):
+            continue
+        o_ref, _ = attention_ref(q_b[None].float(), k_b[None].float(), v_b[None].float(), window_size=window)
+        o_pt, _ = attention_ref(q_b[None], k_b[None], v_b[None], window_size=window, upcast=False)
+        assert_within_rule(f"out of sequence {b}", out.split(lengths_q)[b], o_ref[0], o_pt[0])
+
+
+@pytest.mark.parametrize("window", [(-2, 0), (0, -5)])
+def test_bad_window_raises(window):
+    q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
+    with pytest.raises(ValueError, match="window_size"):
+        flash_attn_func(q, k, v, window_size=window)
