@@ -27,8 +27,13 @@ def meta_qkv(nheads_k=2):
     return [torch.empty(s, device="meta", dtype=torch.bfloat16).requires_grad_() for s in shapes]
 
 
+def options(causal=True, deterministic=False, max_seqlen=0):
+    """The ops' trailing options (csrc/api/options.h), padded layout, no window."""
+    return (max_seqlen, max_seqlen, SCALE, causal, -1, -1, deterministic)
+
+
 def fwd_args(q, k, v, causal=True, deterministic=False):
-    return (q, k, v, None, None, 0, 0, SCALE, causal, -1, -1, deterministic)
+    return (q, k, v, None, None, *options(causal, deterministic))
 
 
 def test_forward_and_backward_shapes_on_meta():
@@ -45,7 +50,7 @@ def test_packed_gradient_is_one_tensor_on_meta(packed_q):
     """qkv packed (q None) or q with a packed kv: the packed tensor gets one gradient of its shape."""
     q = None if packed_q else torch.empty(2, 65, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
     packed = torch.empty(2, 65, 3 if packed_q else 2, 4, 64, device="meta", dtype=torch.bfloat16).requires_grad_()
-    out, _ = ops().packed_fwd(q, packed, None, None, 0, 0, SCALE, True, -1, -1, False)
+    out, _ = ops().packed_fwd(q, packed, None, None, *options())
     assert out.shape == (2, 65, 4, 64)
     leaves = (packed,) if packed_q else (q, packed)
     grads = torch.autograd.grad(out, leaves, torch.empty_like(out))
@@ -97,7 +102,7 @@ def test_compiled_varlen_keeps_max_seqlen_symbolic_on_meta():
 
     @torch.compile(backend=counter, dynamic=True, fullgraph=True)
     def attend(q, k, v, cu_seqlens, max_seqlen):
-        return ops().fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, SCALE, True, -1, -1, False)[0]
+        return ops().fwd(q, k, v, cu_seqlens, cu_seqlens, *options(max_seqlen=max_seqlen))[0]
 
     for max_seqlen in (100, 117, 130):
         q, k, v = (torch.empty(300, 4, 64, device="meta", dtype=torch.bfloat16) for _ in range(3))
@@ -130,10 +135,10 @@ def test_opcheck_on_cuda(causal):
     out, lse = ops().fwd(*fwd_args(q, k, v, causal))
     q, k, v, out = (t.detach() for t in (q, k, v, out))
     torch.library.opcheck(ops().bwd.default,
-                          (torch.randn_like(out), q, k, v, out, lse, None, None, 0, 0, SCALE, causal, True))
+                          (torch.randn_like(out), q, k, v, out, lse, None, None, *options(causal, True)))
     qkv = torch.randn(2, 97, 3, 4, head_dim, device="cuda", dtype=dtype).requires_grad_()
-    packed_args = (None, qkv, None, None, 0, 0, SCALE, causal, True)
+    packed_args = (None, qkv, None, None, *options(causal, True))
     torch.library.opcheck(ops().packed_fwd.default, packed_args)
     out, lse = ops().packed_fwd(*packed_args)
     torch.library.opcheck(ops().packed_bwd.default, (torch.randn_like(out), None, qkv.detach(), out.detach(), lse, None,
-                                                     None, 0, 0, SCALE, causal, True))
+                                                     None, *options(causal, True)))
