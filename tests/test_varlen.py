@@ -224,7 +224,7 @@ def test_varlen_bad_inputs_raise():
     with pytest.raises(ValueError, match="multiple of nheads_k"):
         flash_attn_varlen_func(q[:, :3], k, v, cu, cu, 20, 20)
     with pytest.raises(ValueError, match="total_q, nheads, head_dim"):
-        flash_attn_varlen_func(q[None], k, v, cu, cu, 20, 20)
+        flash_attn_varlen_func(q[:, None], k, v, cu, cu, 20, 20)
     with pytest.raises(NotImplementedError, match="block_table"):
         flash_attn_varlen_func(q, k, v, cu, cu, 20, 20, block_table=cu)
 
