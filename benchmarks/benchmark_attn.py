@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 
 import torch
 import torch.nn.functional as F
@@ -202,20 +203,20 @@ def main():
     meta = metadata()
     print(meta)
     rows = []
-    for direction in args.directions.split(","):
-        for dtype in args.dtypes.split(","):
-            for hdim in (int(h) for h in args.hdims.split(",")):
-                for causal in causals:
-                    for seqlen in seqlens:
-                        for impl in args.impls.split(","):
-                            row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction,
-                                                    args.skip_math_above)
-                            if row:
-                                rows.append(row)
-                                if args.json:  # after every row, so that a run cut short keeps what it measured
-                                    save(rows, meta)
-                            else:
-                                print(f"  {direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}: {why}")
+    cells = [(direction, dtype, hdim, causal, seqlen, impl) for direction in args.directions.split(",")
+             for dtype in args.dtypes.split(",") for hdim in (int(h) for h in args.hdims.split(","))
+             for causal in causals for seqlen in seqlens for impl in args.impls.split(",")]
+    start = time.time()
+    for n, (direction, dtype, hdim, causal, seqlen, impl) in enumerate(cells, 1):
+        row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction, args.skip_math_above)
+        label = f"{direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}"
+        if row:
+            rows.append(row)
+            if args.json:  # after every row, so that a run cut short keeps what it measured
+                save(rows, meta)
+            print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {row['tflops']:.1f} TFLOPs/s")
+        else:
+            print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {why}")
     if args.memory:
         meta["peak_memory"] = [peak_memory(i, d) for d in ("fwd", "bwd") for i in ("flash_attn_cuda", "sdpa_flash",
                                                                                    "sdpa_math")]

@@ -3,7 +3,8 @@ unpad_input turns a padded (batch, seqlen, ...) tensor and its mask into packed 
 cu_seqlens the varlen functions take; pad_input scatters packed tokens back.
 
 Gathers and scatters along the first axis are autograd Functions whose backward is the matching
-scatter or gather of the same unique indices (no accumulation, so no atomics)."""
+scatter or gather of the same unique indices (no accumulation, so no atomics). Indices may be int32
+or int64, as flash-attn accepts (transformers passes int32)."""
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +15,7 @@ class _IndexFirstAxis(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, indices):
+        indices = indices.long()
         ctx.save_for_backward(indices)
         ctx.first_axis_dim = input.shape[0]
         return input.index_select(0, indices)
@@ -31,6 +33,7 @@ class _IndexPutFirstAxis(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values, indices, first_axis_dim):
+        indices = indices.long()
         ctx.save_for_backward(indices)
         output = values.new_zeros((first_axis_dim, *values.shape[1:]))
         output.index_copy_(0, indices, values)
@@ -43,7 +46,7 @@ class _IndexPutFirstAxis(torch.autograd.Function):
 
 
 def index_first_axis(input, indices):
-    """input[indices] for a 1-D int64 tensor of unique indices into input's first axis."""
+    """input[indices] for a 1-D int32 or int64 tensor of unique indices into input's first axis."""
     return _IndexFirstAxis.apply(input, indices)
 
 

@@ -38,6 +38,21 @@ def dtype_id(dtype):
 requires_gpu = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
 
 
+@pytest.fixture(params=["sm80", "sm90"])
+def kernel_family(request, monkeypatch):
+    """Runs a test once per kernel family serving the forward: sm80 forced through
+    FLASH_ATTN_CUDA_FAMILY; sm90 (the default where it is built and the GPU is sm90), else skipped.
+    The backward always runs on sm80, from the forward's out and lse."""
+    if request.param == "sm80":
+        monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm80")
+    elif gpu_skip_reason() is None:
+        if "sm90" not in _extension.load().built_config()["families"]:
+            pytest.skip("the sm90 family is not built (FLASH_ATTN_CUDA_ARCHS without 90)")
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the sm90 family needs an sm90 GPU")
+    return request.param
+
+
 def skip_unbuilt(head_dim, dtype):
     reason = kernel_skip_reason(head_dim, dtype)
     if reason:

@@ -77,3 +77,23 @@ def test_gradients_match_plain_indexing():
 def test_mask_shape_must_match():
     with pytest.raises(ValueError, match="attention_mask"):
         unpad_input(torch.randn(2, 5, 3), torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_int32_indices_as_transformers_passes_them():
+    """pad_input and index_first_axis take int32 indices (flash-attn does; transformers' left-padded
+    generate passes them), with the same values and gradients as int64."""
+    gen = torch.Generator().manual_seed(2)
+    hidden = torch.randn(3, 5, 4, generator=gen)
+    mask = random_mask(3, 5, [2, 5, 0])
+    unpadded, indices, *_ = unpad_input(hidden, mask)
+    for idx in (indices, indices.int()):
+        x = hidden.reshape(15, 4).clone().requires_grad_()
+        gathered = index_first_axis(x, idx)
+        assert torch.equal(gathered, unpadded)
+        gathered.sum().backward()
+        assert torch.equal(x.grad, mask.reshape(15, 1).float().expand(15, 4))
+        values = unpadded.clone().requires_grad_()
+        padded = pad_input(values, idx, 3, 5)
+        assert torch.equal(padded, hidden * mask[..., None])
+        padded.sum().backward()
+        assert torch.equal(values.grad, torch.ones_like(unpadded))

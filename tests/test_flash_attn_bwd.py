@@ -20,7 +20,7 @@ from conftest import (
 from flash_attn_cuda import flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
-pytestmark = [pytest.mark.gpu, requires_gpu]
+pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_family")]
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [32, 40, 64, 96, 111, 128, 160, 192, 224, 256]

@@ -8,6 +8,7 @@ import torch
 from conftest import (
     assert_within_rule,
     dtype_id,
+    grads_of,
     peak_extra_bytes,
     poison_allocator,
     random_qkv,
@@ -17,7 +18,7 @@ from conftest import (
 from flash_attn_cuda import _extension, flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
-pytestmark = [pytest.mark.gpu, requires_gpu]
+pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_family")]
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256]
@@ -193,3 +194,31 @@ def test_forward_memory_is_linear_in_seqlen():
     outputs = out.numel() * out.element_size() + lse.numel() * lse.element_size()
     # The allocator rounds each block up to at most 2 MiB.
     assert extra <= outputs + 4 * 2**20, f"forward allocated {extra} bytes for {outputs} bytes of outputs"
+
+
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 160, 192, 256])
+def test_the_family_that_serves_a_forward_is_reported(kernel_family, head_dim):
+    """fwd_family says which family runs a forward: sm90 for the head dims it was built for (on an
+    sm90 GPU, not forced off), sm80 for the others."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 64, 64, 2, 2, head_dim, dtype, seed=head_dim)
+    served = _extension.load().fwd_family(q, k, v, None, None, 0, 0, 0.125, False)
+    sm90_dims = _extension.load().built_config()["family_head_dims"].get("sm90", [])
+    assert served == ("sm90" if kernel_family == "sm90" and head_dim in sm90_dims else "sm80")
+
+
+def test_non_contiguous_last_dimension_is_copied():
+    """q, k, v whose last dimension is strided are copied, not rejected (as flash-attn does), and
+    give bitwise the result of their contiguous copies, forward and backward."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 33, 65, 4, 2, head_dim, dtype, seed=8)
+    strided = [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)]
+    assert all(t.stride(-1) != 1 for t in strided)
+    dout = torch.randn_like(q)
+    out, grads = grads_of(lambda *t: flash_attn_func(*t, causal=True), strided, dout)
+    out_ref, grads_ref = grads_of(lambda *t: flash_attn_func(*t, causal=True), (q, k, v), dout)
+    assert torch.equal(out, out_ref)
+    for g, g_ref in zip(grads, grads_ref):
+        assert torch.equal(g, g_ref)

@@ -8,7 +8,7 @@ from conftest import assert_within_rule, dtype_id, grads_of, poison_allocator, r
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.reference import attention_ref
 
-pytestmark = [pytest.mark.gpu, requires_gpu]
+pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_family")]
 
 # Narrower and wider than a block, one side only, and windows that leave rows with no key.
 WINDOWS = [(17, 0), (0, 17), (130, 300), (1000, -1), (-1, 100), (5, 5), (0, 0)]

@@ -90,7 +90,7 @@ LENGTHS = [
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nheads,nheads_k", [(4, 4), (6, 2)])
 @pytest.mark.parametrize("lengths", range(len(LENGTHS)))
-def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, lengths):
+def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, lengths, kernel_family):
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = LENGTHS[lengths]
     q, k, v, dout = random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed=lengths + head_dim)
@@ -143,7 +143,7 @@ def test_varlen_deterministic_is_bitwise_reproducible():
 @requires_gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nheads_k", [4, 2])
-def test_varlen_packed_variants_match_unpacked(causal, nheads_k):
+def test_varlen_packed_variants_match_unpacked(causal, nheads_k, kernel_family):
     """Bitwise equal to the unpacked function; with GQA (nheads_k 2) the backward sums each group's
     dk, dv into the views of the packed gradient."""
     dtype, head_dim = torch.bfloat16, 64
