@@ -61,10 +61,6 @@ def _check_offsets(cu_seqlens, side, total, max_seqlen):
         cu_seqlens._flash_attn_cuda_checked = (state, passed | {(total, max_seqlen)})
 
 
-def reject_unimplemented_options(dropout_p, softcap, alibi_slopes):
+def reject_unimplemented_options(dropout_p):
     if dropout_p != 0.0:
         raise NotImplementedError("flash_attn_cuda: dropout_p != 0 is not implemented yet")
-    if softcap != 0.0:
-        raise NotImplementedError("flash_attn_cuda: softcap is not implemented yet")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flash_attn_cuda: alibi_slopes is not implemented yet")

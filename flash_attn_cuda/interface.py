@@ -42,7 +42,7 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
                return_attn_probs):
     """Every public function's forward: the op fwd on q, k, v, or packed_fwd on q (or None) and a
     packed kv (or qkv). The ops check the tensors and carry the autograd (csrc/api/torch_ops.cpp)."""
-    reject_unimplemented_options(dropout_p, softcap, alibi_slopes)
+    reject_unimplemented_options(dropout_p)
     head_dim = (q if q is not None else packed).shape[-1]
     check_head_dim(head_dim)
     if cu_seqlens_q is not None:
@@ -64,7 +64,7 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
     window_left, window_right = window_size
     # In the order of the ops' options (csrc/api/options.h), which check their values.
     options = (max_seqlen_q, max_seqlen_k, softmax_scale, bool(causal), int(window_left), int(window_right),
-               bool(deterministic))
+               float(softcap), alibi_slopes, bool(deterministic))
     ops = _extension.ops()
     if packed is None:
         out, softmax_lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *options)

@@ -71,8 +71,6 @@ def test_cpu_tensor():
     "option,match",
     [
         ({"dropout_p": 0.1}, "dropout_p"),
-        ({"softcap": 30.0}, "softcap"),
-        ({"alibi_slopes": torch.ones(2)}, "alibi_slopes"),
     ],
 )
 def test_unbuilt_options_raise_not_implemented(option, match):

@@ -29,7 +29,7 @@ def meta_qkv(nheads_k=2):
 
 def options(causal=True, deterministic=False, max_seqlen=0):
     """The ops' trailing options (csrc/api/options.h), padded layout, no window."""
-    return (max_seqlen, max_seqlen, SCALE, causal, -1, -1, deterministic)
+    return (max_seqlen, max_seqlen, SCALE, causal, -1, -1, 0.0, None, deterministic)
 
 
 def fwd_args(q, k, v, causal=True, deterministic=False):

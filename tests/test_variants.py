@@ -1,4 +1,4 @@
-"""The attention variants of flash-attn 2.x (sliding window so far) against the float32 reference,
+"""The attention variants of flash-attn 2.x (sliding window, softcap, ALiBi) against the float32 reference,
 forward and backward, under the numerics rule of DESIGN.md (GPU)."""
 
 import pytest
@@ -92,3 +92,50 @@ def test_bad_window_raises(window):
     q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
     with pytest.raises(ValueError, match="window_size"):
         flash_attn_func(q, k, v, window_size=window)
+
+
+SCORE_MODS = [{"softcap": 30.0}, {"softcap": 4.0}, {"alibi": "head"}, {"alibi": "batch"}, {"softcap": 10.0, "alibi": "head"}]
+
+
+def alibi_slopes(kind, batch, nheads, seed):
+    """Slopes of the kind (one per head, or per batch and head), as BLOOM-style geometric values
+    with random jitter."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    base = 2.0 ** (-8.0 * torch.arange(1, nheads + 1, device="cuda") / nheads)
+    shape = (nheads,) if kind == "head" else (batch, nheads)
+    return (base * (0.5 + torch.rand(shape, device="cuda", generator=gen))).float()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 129), (113, 203), (203, 113), (1000, 1000)])
+@pytest.mark.parametrize("window", [(-1, -1), (64, 32)])
+@pytest.mark.parametrize("mod", range(len(SCORE_MODS)))
+def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, seqlen_k, window, mod):
+    skip_unbuilt(head_dim, dtype)
+    seed = seqlen_q + 3 * seqlen_k + head_dim + 17 * mod
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 2, head_dim, dtype, seed=seed)
+    variant = {"causal": causal, "window_size": window, "softcap": SCORE_MODS[mod].get("softcap", 0.0)}
+    if "alibi" in SCORE_MODS[mod]:
+        variant["alibi_slopes"] = alibi_slopes(SCORE_MODS[mod]["alibi"], 2, 4, seed)
+    assert_matches_reference(q, k, v, random_dout(q, seed + 1), **variant)
+
+
+@pytest.mark.parametrize(
+    "variant,error,match",
+    [
+        ({"softcap": -1.0}, ValueError, "softcap"),
+        ({"alibi_slopes": torch.ones(3)}, ValueError, "alibi_slopes must have shape"),
+        ({"alibi_slopes": torch.ones(2, dtype=torch.float16)}, TypeError, "float32"),
+        ({"alibi_slopes": "cpu"}, ValueError, "device of q"),
+    ],
+)
+def test_bad_softcap_and_alibi_raise(variant, error, match):
+    q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
+    if isinstance(variant.get("alibi_slopes"), torch.Tensor):
+        variant = {"alibi_slopes": variant["alibi_slopes"].cuda()}
+    elif variant.get("alibi_slopes") == "cpu":
+        variant = {"alibi_slopes": torch.ones(2)}
+    with pytest.raises(error, match=match):
+        flash_attn_func(q, k, v, **variant)

@@ -69,7 +69,7 @@ std::string family_of_fwd(const at::Tensor &q, const at::Tensor &k, const at::Te
                        const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal) {
     return mha_fwd_family(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                          AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, -1, -1, false});
+                          AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, -1, -1, 0.0, std::nullopt, false});
 }
 
 }  // namespace

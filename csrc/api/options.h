@@ -3,10 +3,13 @@
 // options.cpp (stack, autograd context, params), then its kernel code and its test.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <c10/core/SymInt.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
 
 #include "common/flash.h"
 
@@ -14,8 +17,8 @@ struct AttentionOptions {
     // The trailing arguments of every op's schema, in this order.
     static constexpr const char *kSchema =
         "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, "
-        "int window_right, bool deterministic";
-    static constexpr int kCount = 7;
+        "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic";
+    static constexpr int kCount = 9;
 
     // Varlen: at least the longest sequence (ignored for the padded layout).
     c10::SymInt max_seqlen_q, max_seqlen_k;
@@ -23,6 +26,10 @@ struct AttentionOptions {
     bool causal;
     // The sliding window (flash-attn 2.x window_size): -1 is unbounded; causal sets right to 0.
     int64_t window_left, window_right;
+    // softcap > 0 caps the scaled scores (softcap * tanh(s / softcap)); 0 is off.
+    double softcap;
+    // ALiBi slopes, fp32 (nheads) or (batch, nheads), on q's device; none is off.
+    std::optional<at::Tensor> alibi_slopes;
     // The backward accumulates dQ in a fixed order (bitwise reproducible).
     bool deterministic;
 
@@ -34,6 +41,7 @@ struct AttentionOptions {
     void save(torch::autograd::AutogradContext *ctx) const;
     static AttentionOptions saved(torch::autograd::AutogradContext *ctx);
 
-    // The options' fields of the kernel parameters (checks them first).
-    void set_params(Flash_fwd_params &params) const;
+    // The options' fields of the kernel parameters, whose shapes are set (checks them first against
+    // them and q).
+    void set_params(Flash_fwd_params &params, const at::Tensor &q) const;
 };

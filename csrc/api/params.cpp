@@ -47,7 +47,7 @@ void set_fwd_params(Flash_fwd_params &params, const Problem &p, const AttentionO
     params.num_heads_k = p.num_heads_k;
     params.head_dim = p.head_dim;
     params.is_bf16 = q.scalar_type() == at::kBFloat16;
-    options.set_params(params);
+    options.set_params(params, q);
     // One query row sees every key under the bottom-right-aligned causal mask: the non-causal
     // kernels do the same with less work (as flash-attn does).
     if (p.seqlen_q == 1 && params.is_causal) {

@@ -40,6 +40,13 @@ struct Flash_fwd_params {
     // bound on that side; causal has window_right = 0).
     bool is_causal;
     int window_left, window_right;
+    // softcap > 0: the scaled score s becomes softcap * tanh(s / softcap), before masks and ALiBi.
+    float softcap;
+    // ALiBi: -slope * |j - (i + seqlen_k - seqlen_q)| added to the (capped) scaled score. fp32 slopes,
+    // slope of (batch b, head h) at alibi_slopes_ptr[b * alibi_slopes_batch_stride + h] (stride 0
+    // for one slope per head); null: no ALiBi.
+    const float *__restrict__ alibi_slopes_ptr;
+    int alibi_slopes_batch_stride;
     float softmax_scale;
     // softmax_scale * log2(e): the kernels exponentiate with exp2.
     float softmax_scale_log2;

@@ -35,16 +35,19 @@ struct Mask {
                col0 - (row0 + block_m - 1) - causal_shift < -left();
     }
 
+    // Whether query row `row` sees key `col` (both in the sequence).
+    __device__ bool visible(int row, int col) const {
+        const int offset = col - row - causal_shift;
+        return col < seqlen_k && offset <= right() && offset >= -left();
+    }
+
     // acc_s: one thread's accumulator of S; coord: the (row, col) of each of its entries in the
     // tile; row0 / col0: the tile's origin in the sequence.
     template <class Acc, class Coord>
     __device__ void apply(Acc &acc_s, Coord const &coord, int row0, int col0) const {
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i) {
-            const int row = row0 + get<0>(coord(i));
-            const int col = col0 + get<1>(coord(i));
-            const int offset = col - row - causal_shift;
-            if (col >= seqlen_k || offset > right() || offset < -left()) {
+            if (!visible(row0 + get<0>(coord(i)), col0 + get<1>(coord(i)))) {
                 acc_s(i) = -INFINITY;
             }
         }

@@ -12,6 +12,7 @@
 #include "common/block_range.h"
 #include "common/flash.h"
 #include "common/mask.h"
+#include "common/score_mod.h"
 #include "sm80/block_semaphore.h"
 #include "sm80/dq_accum.h"
 #include "sm80/utils.h"
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     // Q blocks [m_block_min, m_block_max) hold every query that sees some key of this block; the
     // others (above the causal diagonal, outside the window) are skipped whole.
     const BlockRange m_blocks = q_block_range(mask, col0, kBlockM, kBlockN, binfo.seqlen_q);
+    const ScoreMod score_mod(params, bidb, bidh, binfo.causal_shift());
     const int m_block_min = m_blocks.begin, m_block_max = m_blocks.end;
 
     // Algorithm 2 lines 1-3: the blocks of Q, dO (over i), K_j, V_j, dK_j, dV_j and dQ (fp32).
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     Tensor tSsK = smem_copy_sdp_b.get_thread_slice(tidx).partition_S(sK);
     Tensor tdPsV = smem_copy_sdp_b.get_thread_slice(tidx).partition_S(sV);
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    Tensor tScS_rows = make_tensor(tScS.data(), rowcol(tScS.layout()));
+    Tensor tScS_rc = make_tensor(tScS.data(), rowcol(tScS.layout()));
     auto smem_copy_pds = make_tiled_copy_C(typename Traits::SmemCopyAtomAcc{}, mma_sdp);
     auto smem_thr_copy_pds = smem_copy_pds.get_thread_slice(tidx);
     Tensor tPsP = smem_thr_copy_pds.partition_D(sP);
@@ -176,12 +178,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         const int row0 = m_block * kBlockM;
 
         // Line 9 for L_i and D_i, this thread's rows of S. Rows past seqlen_q get L = +inf, so P = 0.
-        constexpr int kRows = decltype(size<0>(tScS_rows))::value;
+        constexpr int kRows = decltype(size<0>(tScS_rc))::value;
         float lse_log2[kRows];
         float d_rows[kRows];
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
-            const int row = row0 + get<0>(tScS_rows(r, 0));
+            const int row = row0 + get<0>(tScS_rc(r, 0));
             lse_log2[r] = row < binfo.seqlen_q ? lse[row] * float(M_LOG2E) : INFINITY;
             d_rows[r] = dsum[row];
         }
@@ -205,20 +207,38 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         gemm_ss(mma_sdp, acc_dp, tdPrdO, tdPrV,
                 smem_thr_copy_sdp_a.partition_S(stage_tensor(smem_do, stage, LayoutQdO{})), tdPsV, smem_copy_sdp_a,
                 smem_copy_sdp_b);
-        if (mask.needed(row0, col0, kBlockM, kBlockN)) {
-            mask.apply(acc_s, tScS, row0, col0);
-        }
-
         // Line 11: P = exp(S - L); line 14: dS = P o (dP - D).
+        const bool masked = mask.needed(row0, col0, kBlockM, kBlockN);
         Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
         Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
-        CUTE_UNROLL
-        for (int r = 0; r < kRows; ++r) {
+        if (score_mod.active()) {
+            // P from the modified score; dS through softcap's derivative, d(softcap * t)/dS =
+            // softmax_scale * (1 - t^2), whose softmax_scale is applied to dK and dQ at the end.
             CUTE_UNROLL
-            for (int c = 0; c < size<1>(s); ++c) {
-                const float p = exp2f(s(r, c) * params.softmax_scale_log2 - lse_log2[r]);
-                s(r, c) = p;
-                dp(r, c) = p * (dp(r, c) - d_rows[r]);
+            for (int r = 0; r < kRows; ++r) {
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(s); ++c) {
+                    const int row = row0 + get<0>(tScS_rc(r, c)), col = col0 + get<1>(tScS_rc(r, c));
+                    const float t = score_mod.capped(s(r, c));
+                    const float p = !masked || mask.visible(row, col)
+                                        ? exp2f((t + score_mod.bias(row, col)) * score_mod.score_scale_log2 - lse_log2[r])
+                                        : 0.f;
+                    s(r, c) = p;
+                    dp(r, c) = p * (dp(r, c) - d_rows[r]) * (score_mod.softcapped() ? 1.f - t * t : 1.f);
+                }
+            }
+        } else {
+            if (masked) {
+                mask.apply(acc_s, tScS, row0, col0);
+            }
+            CUTE_UNROLL
+            for (int r = 0; r < kRows; ++r) {
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(s); ++c) {
+                    const float p = exp2f(s(r, c) * params.softmax_scale_log2 - lse_log2[r]);
+                    s(r, c) = p;
+                    dp(r, c) = p * (dp(r, c) - d_rows[r]);
+                }
             }
         }
         Tensor rP = convert_type<Element>(acc_s);

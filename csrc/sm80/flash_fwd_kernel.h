@@ -10,6 +10,7 @@
 #include "common/block_range.h"
 #include "common/flash.h"
 #include "common/mask.h"
+#include "common/score_mod.h"
 #include "common/softmax.h"
 #include "sm80/utils.h"
 
@@ -17,7 +18,9 @@ namespace flash {
 
 using namespace cute;
 
-template <typename Traits, bool kIsCausal>
+// kScoreMod: softcap and ALiBi (common/score_mod.h) on; a compile-time switch because a runtime
+// one kept their registers live in the kernels without them (d=128 spills 100 -> 300 bytes).
+template <typename Traits, bool kIsCausal, bool kScoreMod>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ Flash_fwd_params params) {
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -40,6 +43,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     }
     const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
     const BlockRange n_blocks = kv_block_range(mask, row0, kBlockM, kBlockN);
+    const ScoreMod score_mod(params, bidb, bidh, binfo.causal_shift());
 
     // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -114,6 +118,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
         // Line 8: S = Q K_j^T.
         gemm_ss(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_copy_q, smem_copy_k);
+        if constexpr (kScoreMod) {
+            score_mod.apply(acc_s, tScS, row0, col0);
+        }
         if constexpr (decltype(masked)::value) {
             mask.apply(acc_s, tScS, row0, col0);
         }
@@ -127,7 +134,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
         // Lines 9-10: online softmax, then O += P~ V_j with P~ kept in registers.
         softmax.update(make_tensor(acc_s.data(), rowcol(acc_s.layout())), make_tensor(acc_o.data(), rowcol(acc_o.layout())),
-                       params.softmax_scale_log2);
+                       kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
         Tensor rP = convert_type<Element>(acc_s);
         Tensor tOrP = make_tensor(rP.data(), acc_as_operand_a(rP.layout()));
         gemm_rs(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, smem_copy_v);
@@ -158,7 +165,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     }
 
     // Lines 12-13.
-    Tensor lse = softmax.finalize(make_tensor(acc_o.data(), rowcol(acc_o.layout())), params.softmax_scale);
+    Tensor lse = softmax.finalize(make_tensor(acc_o.data(), rowcol(acc_o.layout())),
+                                  kScoreMod ? score_mod.score_scale : params.softmax_scale);
 
     // Lines 14-15. O goes through shared memory (Q's, unread since the last barrier) so that the
     // global stores are 16 bytes wide.

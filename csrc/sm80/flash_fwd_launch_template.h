@@ -18,11 +18,11 @@ using FwdTraitsFor = FwdKernelTraits<kHeadDim, fwd_tile_config(kHeadDim, kIsCaus
 
 // Errors (a kernel image missing for this GPU, too much shared memory) are left in
 // cudaGetLastError() for the caller to report.
-template <typename Traits, bool kIsCausal>
+template <typename Traits, bool kIsCausal, bool kScoreMod>
 void launch_fwd(Flash_fwd_params &params, cudaStream_t stream) {
     const dim3 grid(cute::ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.num_heads);
     constexpr int kSmemSize = Traits::kSmemSize;
-    auto kernel = &flash::flash_fwd_kernel<Traits, kIsCausal>;
+    auto kernel = &flash::flash_fwd_kernel<Traits, kIsCausal, kScoreMod>;
     if (kSmemSize >= 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemSize) != cudaSuccess) {
         return;
@@ -32,7 +32,12 @@ void launch_fwd(Flash_fwd_params &params, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_(Flash_fwd_params &params, cudaStream_t stream) {
-    launch_fwd<FwdTraitsFor<Element, kHeadDim, kIsCausal>, kIsCausal>(params, stream);
+    using Traits = FwdTraitsFor<Element, kHeadDim, kIsCausal>;
+    if (params.softcap > 0.f || params.alibi_slopes_ptr != nullptr) {
+        launch_fwd<Traits, kIsCausal, true>(params, stream);
+    } else {
+        launch_fwd<Traits, kIsCausal, false>(params, stream);
+    }
 }
 
 }  // namespace flash::sm80
