@@ -1,53 +1,91 @@
-"""Attention variants against their peers, in one process: flash_attn_cuda with a sliding window
-against FlexAttention (torch.compile'd, the window as a block mask), and against itself without
-the window (variant none, the cost of the variant). Grid: d=64 and 128, seqlen 1k-16k, 16k tokens
-per batch, windows (1024, 0) and (256, 256).
+"""Attention variants against their peers, in one process: flash_attn_cuda with a sliding window,
+softcap or ALiBi against FlexAttention (torch.compile'd, the window as a block mask, softcap and
+ALiBi as score_mod), ALiBi against SDPA's efficient backend with the bias as an explicit additive
+mask, and each against flash_attn_cuda without the variant (variant none: the variant's cost; for
+window (1024, 0), none is full causal). bf16, 16k tokens per batch, hidden 2048.
 
 python benchmarks/benchmark_variants.py [--json] [--hdims 64,128] [--seqlens ...] [--directions fwd,bwd]
+    [--variants window_1024_0,window_256_256,softcap,alibi]
 
-Rows: {variant, impl, direction, hdim, causal, seqlen, batch, nheads, ms, window}; --json writes
-results/variants_h100.json as it goes.
+Rows: {variant, impl, direction (fwd|bwd), hdim, causal, seqlen, batch, nheads, ms}; --json writes
+results/variants_h100.json after every cell.
 """
 
 import argparse
 import json
+import math
 import pathlib
+import time
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmark_attn import DTYPES, HIDDEN, TOKENS, metadata, time_ms
 from flash_attn_cuda import flash_attn_func
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-WINDOWS = {"1024,0": (1024, 0), "256,256": (256, 256)}
+SOFTCAP = 30.0
+# variant: (flash_attn_cuda keyword arguments, causal)
+VARIANTS = {
+    "window_1024_0": ({"window_size": (1024, 0)}, True),
+    "window_256_256": ({"window_size": (256, 256)}, False),
+    "softcap": ({"softcap": SOFTCAP}, True),
+    "alibi": ({"alibi": True}, True),
+}
 
 
-def flex_window(window, seqlen, nheads, batch):
-    """FlexAttention with the window as its block mask, compiled once per shape."""
+def alibi_slopes(nheads):
+    return 2.0 ** (-8.0 * torch.arange(1, nheads + 1, device="cuda", dtype=torch.float32) / nheads)
+
+
+def flex(variant, causal, seqlen, nheads):
+    """FlexAttention with the variant as block mask and score_mod, compiled for this shape."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    left, right = window
+    kwargs = VARIANTS[variant][0]
+    left, right = kwargs.get("window_size", (-1, 0 if causal else -1))
 
-    def in_window(b, h, q_idx, kv_idx):
+    def visible(b, h, q_idx, kv_idx):
         offset = kv_idx - q_idx
-        return (offset <= right) & (offset >= -left)
+        keep = offset <= (right if right >= 0 else seqlen)
+        return keep & (offset >= -left) if left >= 0 else keep
 
-    block_mask = create_block_mask(in_window, None, None, seqlen, seqlen, device="cuda")
+    block_mask = create_block_mask(visible, None, None, seqlen, seqlen, device="cuda")
+    score_mod = None
+    if variant == "softcap":
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return SOFTCAP * torch.tanh(score / SOFTCAP)
+    elif variant == "alibi":
+        slopes = alibi_slopes(nheads)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (kv_idx - q_idx).abs()
     compiled = torch.compile(flex_attention, dynamic=False)
+    return lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def sdpa_efficient_alibi(seqlen, nheads):
+    """SDPA's efficient backend with ALiBi and the causal mask as one additive bias."""
+    pos = torch.arange(seqlen, device="cuda")
+    offset = (pos[None, :] - pos[:, None]).float()
+    bias = -alibi_slopes(nheads)[:, None, None] * offset.abs()[None]
+    bias = bias.masked_fill(offset[None] > 0, float("-inf")).to(torch.bfloat16)[None]
 
     def attend(q, k, v):
-        out = compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=block_mask)
-        return out.transpose(1, 2)
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
     return attend
 
 
-def attention(impl, variant, window, seqlen, nheads, batch):
-    if impl == "flex":
-        return flex_window(window, seqlen, nheads, batch)
-    if variant == "window":
-        return lambda q, k, v: flash_attn_func(q, k, v, window_size=window)
-    return lambda q, k, v: flash_attn_func(q, k, v, causal=window[1] == 0)
+def ours(variant, causal, nheads, with_variant):
+    """flash_attn_cuda in the (batch, nheads, seqlen, d) layout of the peers."""
+    kwargs = dict(VARIANTS[variant][0]) if with_variant else {}
+    if kwargs.pop("alibi", False):
+        kwargs["alibi_slopes"] = alibi_slopes(nheads)
+    return lambda q, k, v: flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                                           **kwargs).transpose(1, 2)
 
 
 def make_call(attend, q, k, v, direction):
@@ -63,43 +101,50 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hdims", default="64,128")
     parser.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--directions", default="fwd,bwd")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     meta = metadata()
     print(meta)
     rows = []
-    cells = [(d, h, s, w) for d in args.directions.split(",") for h in map(int, args.hdims.split(","))
-             for s in map(int, args.seqlens.split(",")) for w in WINDOWS]
-    for n, (direction, hdim, seqlen, wname) in enumerate(cells, 1):
-        window = WINDOWS[wname]
+    cells = [(d, h, s, var) for var in args.variants.split(",") for d in args.directions.split(",")
+             for h in map(int, args.hdims.split(",")) for s in map(int, args.seqlens.split(","))]
+    start = time.time()
+    for n, (direction, hdim, seqlen, variant) in enumerate(cells, 1):
+        causal = VARIANTS[variant][1]
         batch, nheads = TOKENS // seqlen, HIDDEN // hdim
-        q, k, v = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=DTYPES["bf16"]) for _ in range(3))
-        # none: the same attention without the window (causal where the window's right side is 0).
-        for impl, variant in (("flash_attn_cuda", "window"), ("flash_attn_cuda", "none"), ("flex", "window")):
+        q, k, v = (torch.randn(batch, nheads, seqlen, hdim, device="cuda", dtype=DTYPES["bf16"]) for _ in range(3))
+        impls = [("flash_attn_cuda", variant, lambda: ours(variant, causal, nheads, True)),
+                 ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False)),
+                 ("flex", variant, lambda: flex(variant, causal, seqlen, nheads))]
+        if variant == "alibi":
+            impls.append(("sdpa_efficient", variant, lambda: sdpa_efficient_alibi(seqlen, nheads)))
+        timings = []
+        for impl, name, build in impls:
             try:
-                ms = time_ms(make_call(attention(impl, variant, window, seqlen, nheads, batch), q, k, v, direction))
-            except Exception as err:  # a peer that cannot run this cell is reported, not fatal
-                print(f"  {impl} {variant} {direction} d={hdim} {seqlen} window={window}: {str(err)[:100]}")
+                ms = time_ms(make_call(build(), q, k, v, direction))
+            except Exception as err:  # a peer that cannot run a cell is reported, not fatal
+                timings.append(f"{impl}/{name}: {str(err).splitlines()[0][:80]}")
                 continue
-            rows.append(dict(variant=variant, impl=impl, direction=direction, hdim=hdim, causal=window[1] == 0,
-                             seqlen=seqlen, batch=batch, nheads=nheads, ms=ms, window=list(window)))
+            rows.append(dict(variant=name, impl=impl, direction=direction, hdim=hdim, causal=causal, seqlen=seqlen,
+                             batch=batch, nheads=nheads, ms=ms, of=variant))
+            timings.append(f"{impl}/{name}={ms:.3f}ms")
         torch.cuda.empty_cache()
-        print(f"[{n}/{len(cells)}] {direction} d={hdim} seqlen={seqlen} window={window}: "
-              + " ".join(f"{r['impl']}/{r['variant']}={r['ms']:.3f}ms" for r in rows
-                         if (r['direction'], r['hdim'], r['seqlen'], tuple(r['window'])) == (direction, hdim, seqlen, window)))
+        print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {variant} {direction} d={hdim} seqlen={seqlen}: "
+              + " ".join(timings))
         if args.json:
             RESULTS.mkdir(exist_ok=True)
             (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    print(f"{'dir':4} {'d':>4} {'seqlen':>6} {'window':>10} {'ours ms':>8} {'none ms':>8} {'flex ms':>8} {'x flex':>7} {'cost':>6}")
-    for direction, hdim, seqlen, wname in cells:
-        window = WINDOWS[wname]
+    print(f"{'variant':15} {'dir':4} {'d':>4} {'seqlen':>6} {'ours ms':>8} {'x none':>7} {'x flex':>7} {'x sdpa_eff':>10}")
+    for direction, hdim, seqlen, variant in cells:
         t = {(r["impl"], r["variant"]): r["ms"] for r in rows
-             if (r["direction"], r["hdim"], r["seqlen"], tuple(r["window"])) == (direction, hdim, seqlen, window)}
-        ours, none, flex = t.get(("flash_attn_cuda", "window")), t.get(("flash_attn_cuda", "none")), t.get(("flex", "window"))
-        fmt = lambda x: f"{x:8.3f}" if x else f"{'-':>8}"
-        print(f"{direction:4} {hdim:4d} {seqlen:6d} {str(window):>10} {fmt(ours)} {fmt(none)} {fmt(flex)} "
-              f"{(flex / ours if ours and flex else 0):7.2f} {(ours / none if ours and none else 0):6.2f}")
+             if (r["direction"], r["hdim"], r["seqlen"], r["of"]) == (direction, hdim, seqlen, variant)}
+        mine = t.get(("flash_attn_cuda", variant))
+        ratio = lambda other: f"{other / mine:.2f}" if mine and other else "-"
+        print(f"{variant:15} {direction:4} {hdim:4d} {seqlen:6d} {mine or math.nan:8.3f} "
+              f"{ratio(t.get(('flash_attn_cuda', 'none'))):>7} {ratio(t.get(('flex', variant))):>7} "
+              f"{ratio(t.get(('sdpa_efficient', variant))):>10}")
 
 
 if __name__ == "__main__":

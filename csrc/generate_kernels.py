@@ -48,6 +48,13 @@ FAMILIES = {
             "bwd": ("sm80/flash_bwd_launch_template.h", "flash::sm80::run_mha_bwd_", "Flash_bwd_params"),
         },
     ),
+    # The Hopper family: the forward, at the head dims it has tiles for (the FA2 family serves the rest).
+    "sm90": Family(
+        "sm90",
+        90,
+        (64, 96, 128, 192, 256),
+        {"fwd": ("sm90/fwd_launch.h", "run_mha_fwd_sm90", "Flash_fwd_params")},
+    ),
 }
 
 TEMPLATE = """\

@@ -3,7 +3,7 @@
 # Environment: FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
 # TESTS=1|0, PYTEST_ARGS (added to `pytest tests`, split on spaces, so no quoted -k expressions:
 # one word such as "-k fp16" (the dtype test ids are fp16 and bf16) or node ids), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
-# SANITIZE=1|0 (compute-sanitizer memcheck and racecheck on scripts/sanitize.py), STEP_TIMEOUT
+# SANITIZE=1|0 (compute-sanitizer memcheck, racecheck and synccheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
 # varlen benchmark, benchmarks/benchmark_varlen.py --json), HOST_OVERHEAD=1 (host time of each
 # layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal).
@@ -55,7 +55,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 
 if [ "${SANITIZE:-0}" = 1 ]; then
-    for tool in memcheck racecheck; do
+    for tool in memcheck racecheck synccheck; do
         # Without the caching allocator every tensor is its own allocation, so memcheck sees an
         # access past a tensor's end.
         if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/sanitize.py > "$LOG/sanitize_$tool.log" 2>&1; then

@@ -41,3 +41,22 @@ out = flash_attn_qkvpacked_func(qkv, causal=True)
 out.backward(torch.randn_like(out))
 torch.cuda.synchronize()
 print(f"qkvpacked d={head_dim} causal=True: ok")
+
+# The variants: a window with both edges, one left-only with causal, softcap with ALiBi; each on the
+# default family (the Hopper one where built, for what it supports) and on the FA2 family forced.
+import os  # noqa: E402
+
+slopes = torch.rand(4, device="cuda")
+for forced in (None, "sm80"):
+    if forced:
+        os.environ["FLASH_ATTN_CUDA_FAMILY"] = forced
+    for variant in ({"window_size": (40, 7)}, {"causal": True, "window_size": (64, -1)},
+                    {"softcap": 20.0, "alibi_slopes": slopes}):
+        q = torch.randn(2, 203, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(2, 150, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn_like(k, requires_grad=True)
+        out = flash_attn_func(q, k, v, **variant)
+        out.backward(torch.randn_like(out))
+        torch.cuda.synchronize()
+        print(f"variant {sorted(variant)} family={forced or 'default'}: ok")
+os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

@@ -1,0 +1,189 @@
+// A consumer warpgroup's loop: for every tile, its 64 rows of Algorithm 1 (lines 5-13) with
+// wgmma, then the epilogue (lines 14-15). Within a warpgroup, S = Q K_j^T and the previous block's
+// O += P V are issued together; between the two warpgroups, the GEMMs take turns
+// (warpgroup_turns.h), so that one's softmax runs under the other's GEMMs.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "common/block_info.h"
+#include "common/block_range.h"
+#include "common/mask.h"
+#include "common/softmax.h"
+#include "sm90/fwd_epilogue.h"
+#include "sm90/fwd_params.h"
+#include "sm90/tile_scheduler.h"
+#include "sm90/warpgroup_turns.h"
+#include "sm90/wgmma_utils.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// ctid: the thread's index among the consumer threads.
+template <class Traits, bool kIsCausal>
+__device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
+                                             typename Traits::SharedStorage &shared,
+                                             typename Traits::PipelineKV &pipeline_k,
+                                             typename Traits::PipelineKV &pipeline_v, int ctid) {
+    using Element = typename Traits::Element;
+    using BlockM = typename Traits::BlockM;
+    using BlockN = typename Traits::BlockN;
+    using HeadDim = typename Traits::HeadDim;
+    Flash_fwd_params const &params = kp.params;
+
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename Traits::SmemLayoutVt{});
+
+    typename Traits::TiledMmaS mma_s;
+    typename Traits::TiledMmaO mma_o;
+    auto thr_mma_s = mma_s.get_thread_slice(ctid);
+    auto thr_mma_o = mma_o.get_thread_slice(ctid);
+    Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, 1, MMA_K) descriptors
+    Tensor tSrK = thr_mma_s.partition_fragment_B(sK);   // (MMA, 1, MMA_K, stage)
+    Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, 1, MMA_K, stage)
+    Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
+
+    typename Traits::PipelineState k_state, v_state;
+    int q_full_phase = 0;
+    const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
+
+    for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
+        const TileCoord tc = kp.scheduler.template coord<kIsCausal>(tile);
+        const BlockInfo binfo(params, tc.bidb);
+        const int row0 = tc.m_block * Traits::kBlockM;
+        if (row0 >= binfo.seqlen_q) {
+            continue;
+        }
+        const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
+        const BlockRange n_blocks = kv_block_range(mask, row0, Traits::kBlockM, Traits::kBlockN);
+        // KV blocks from the last to the first: runs of blocks that need a mask (the seqlen_k edge
+        // and the window's right edge, i.e. the causal diagonal, first; the window's left edge
+        // last) alternate with runs that need none, whose loop has no mask code.
+        auto needs_mask = [&](int n_block) __attribute__((always_inline)) {
+            return mask.needed(row0, n_block * Traits::kBlockN, Traits::kBlockM, Traits::kBlockN);
+        };
+
+        // Line 5: O = 0, l = 0, m = -inf.
+        Tensor acc_o = partition_fragment_C(mma_o, Shape<BlockM, HeadDim>{});
+        clear(acc_o);
+        Tensor acc_o_rows = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
+        constexpr int kRows = decltype(size<0>(acc_o_rows))::value;
+        OnlineSoftmax<kRows> softmax;
+        Tensor acc_s = partition_fragment_C(mma_s, Shape<BlockM, BlockN>{});
+        Tensor acc_s_rows = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+        Tensor p = make_tensor<Element>(acc_s.layout());  // P~ in 16 bits, the A of O += P V
+        Tensor tOrP = make_tensor(p.data(), acc_as_operand_a(p.layout()));
+        // The softmax's rescale of O, e^{m_old - m} per row: update() scales this (rows, 1) tensor
+        // of ones instead of O, which a P V GEMM may still be writing.
+        Tensor rescale = make_tensor<float>(Shape<Int<kRows>, _1>{});
+
+        cutlass::arch::ClusterTransactionBarrier::wait(&shared.q_full, q_full_phase);
+        q_full_phase ^= 1;
+
+        // The lambdas are forced inline (as are all device functions here): a call between a
+        // wgmma's issue and its wait makes ptxas wait for the wgmma before the call.
+
+        // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m) in 16 bits.
+        auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
+            if constexpr (decltype(masked)::value) {
+                mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
+            }
+            fill(rescale, 1.f);
+            softmax.update(acc_s_rows, rescale, params.softmax_scale_log2);
+        };
+
+        // O *= e^{m_old - m} for the last softmax step, just before the next P V adds to O.
+        auto rescale_o = [&]() __attribute__((always_inline)) {
+            CUTE_UNROLL
+            for (int r = 0; r < kRows; ++r) {
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(acc_o_rows); ++c) {
+                    acc_o_rows(r, c) *= rescale(r, 0);
+                }
+            }
+        };
+
+        // One KV block: line 8 for it issued with line 10 for the previous block, and its softmax
+        // placed between the waits for the two (NOTES.md: ptxas moves the second wait up, so that
+        // the softmax overlaps P V only in part).
+        auto kv_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
+            pipeline_k.consumer_wait(k_state);
+            turns.wait();
+            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ, tSrK(_, _, _, k_state.index()), acc_s);
+            rescale_o();
+            pipeline_v.consumer_wait(v_state);
+            warpgroup_fence_operand(p);
+            wgmma_gemm</*kZeroInit=*/false>(mma_o, tOrP, tOrVt(_, _, _, v_state.index()), acc_o);
+            turns.pass();
+            warpgroup_wait<1>();
+            warpgroup_fence_operand(acc_s);
+            pipeline_k.consumer_release(k_state);
+            ++k_state;
+            softmax_step(n_block, masked);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_o);
+            warpgroup_fence_operand(p);
+            pipeline_v.consumer_release(v_state);
+            ++v_state;
+            convert(acc_s, p);
+        };
+
+        int n_block = n_blocks.end - 1;
+        if (n_block >= n_blocks.begin) {
+            // Line 8 for the first block, and its softmax (O is still 0: nothing to rescale).
+            pipeline_k.consumer_wait(k_state);
+            turns.wait();
+            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ, tSrK(_, _, _, k_state.index()), acc_s);
+            turns.pass();
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_s);
+            pipeline_k.consumer_release(k_state);
+            ++k_state;
+            if (needs_mask(n_block)) {
+                softmax_step(n_block, cute::true_type{});
+            } else {
+                softmax_step(n_block, cute::false_type{});
+            }
+            convert(acc_s, p);
+
+            for (--n_block; n_block >= n_blocks.begin;) {
+                for (; n_block >= n_blocks.begin && needs_mask(n_block); --n_block) {
+                    kv_step(n_block, cute::true_type{});
+                }
+                for (; n_block >= n_blocks.begin && !needs_mask(n_block); --n_block) {
+                    kv_step(n_block, cute::false_type{});
+                }
+            }
+        }
+        // Every S = Q K^T of this warpgroup is done.
+        if (Traits::kSeparateO && ctid % 128 == 0) {
+            cutlass::arch::ClusterBarrier::arrive(&shared.q_free);
+        }
+        if (n_blocks.begin < n_blocks.end) {
+            // Line 10 for the last block.
+            pipeline_v.consumer_wait(v_state);
+            turns.wait();
+            rescale_o();
+            warpgroup_fence_operand(p);
+            wgmma_gemm</*kZeroInit=*/false>(mma_o, tOrP, tOrVt(_, _, _, v_state.index()), acc_o);
+            turns.pass();
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_o);
+            pipeline_v.consumer_release(v_state);
+            ++v_state;
+        }
+
+        // Lines 12-13.
+        auto lse = softmax.finalize(acc_o_rows, params.softmax_scale);
+        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid);
+    }
+    // The last O store has read its shared memory before the block exits.
+    if (ctid == 0) {
+        tma_store_wait<0>();
+    }
+}
+
+}  // namespace flash::sm90

@@ -1,0 +1,129 @@
+// Compile-time shape of the Hopper forward: warp roles, wgmma atoms, shared-memory layouts,
+// pipelines and the TMA copy types, for one (element type, head dim, tile) choice.
+#pragma once
+
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// Named barriers of the consumer warpgroups (CUTLASS offsets the ids past its reserved ones).
+enum class FwdBarrier : uint32_t {
+    kEpilogue = 0,          // all consumer threads, around O's trip through shared memory
+    kTurnOfWarpgroup0 = 1,  // warpgroup_turns.h: 1 and 2
+};
+
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+struct FwdKernelTraits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kStages = kStages_;
+
+    // Warpgroup 0 loads (one thread issues the TMA copies); warpgroups 1.. compute 64 rows each.
+    static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
+    static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
+    static constexpr int kNumThreads = kNumConsumerThreads + 128;
+    static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 2);
+    // setmaxnreg: the loader gives registers back to the consumers (64K registers per SM).
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+    static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 65536);
+
+    using BlockM = Int<kBlockM>;
+    using BlockN = Int<kBlockN>;
+    using HeadDim = Int<kHeadDim>;
+    using WarpgroupsM = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
+
+    // S = Q K^T: both operands in shared memory, K-major.
+    using TiledMmaS = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockN, HeadDim>>(), WarpgroupsM{}));
+    // O += P V: P from registers, V (kBlockN keys x kHeadDim) read as the MN-major (kHeadDim, kBlockN) B.
+    using TiledMmaO = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockN>, GMMA::Major::K, GMMA::Major::MN>(),
+        WarpgroupsM{}));
+    static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockN, "one wgmma spans the KV block");
+    static_assert(size<1>(typename TiledMmaO::AtomShape_MNK{}) == kHeadDim, "one wgmma spans the head dim");
+
+    using SmemLayoutQ = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM, HeadDim>(),
+        Shape<BlockM, HeadDim>{}));
+    using SmemLayoutK = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockN, HeadDim>(),
+        Shape<BlockN, HeadDim, Int<kStages>>{}));
+    // V^T: (kHeadDim, kBlockN) with the head dim contiguous, the swizzle atoms tiled along the keys
+    // first so that each 64-column slab of the head dim is one TMA box.
+    using SmemLayoutVt = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, HeadDim, BlockN>(),
+        Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{}));
+    // O has Q's layout (and, without kSeparateO below, Q's buffer).
+    using SmemLayoutO = SmemLayoutQ;
+
+    using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+    using PipelineState = typename PipelineKV::PipelineState;
+
+    static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+    static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
+
+    // O gets a buffer of its own where shared memory allows (227 KB per block): then the next
+    // tile's Q loads as soon as the last S = Q K^T is done, and O's TMA store runs on into the
+    // next tile. Otherwise O goes out through Q's buffer once the tile is done.
+    static constexpr bool kSeparateO = 2 * kQBytes + 2 * kStages * kKVStageBytes + 1024 <= 227 * 1024;
+    struct NoBuffer {};
+    using BufferO = std::conditional_t<kSeparateO, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoBuffer>;
+
+    struct SharedStorage {
+        // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
+        cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+        cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+        cute::array_aligned<Element, cosize_v<SmemLayoutVt>, 1024> v;
+        BufferO o;
+        typename PipelineKV::SharedStorage pipeline_k;
+        typename PipelineKV::SharedStorage pipeline_v;
+        uint64_t q_full;  // Q landed (TMA transaction barrier)
+        uint64_t q_free;  // every consumer warpgroup is done with Q (and, without kSeparateO, with O)
+    };
+    static constexpr int kSmemBytes = sizeof(SharedStorage);
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
+    // Arrivals that free Q's buffer: one per consumer warpgroup after its last S, or one after
+    // the epilogue.
+    static constexpr int kQFreeArrivals = kSeparateO ? kNumConsumerWarpgroups : 1;
+
+    __device__ __forceinline__ static Element *smem_o(SharedStorage &shared) {
+        if constexpr (kSeparateO) {
+            return shared.o.data();
+        } else {
+            return shared.q.data();
+        }
+    }
+
+    // Global tensors as the TMA sees them: Q, K, O as (seqlen, head dim, heads, batch), V as
+    // (head dim, seqlen, heads, batch). Varlen: seqlen is the packed total, batch is 1.
+    using ShapeRows = Shape<int32_t, HeadDim, int32_t, int32_t>;
+    using StrideRows = Stride<int64_t, _1, int64_t, int64_t>;
+    using ShapeCols = Shape<HeadDim, int32_t, int32_t, int32_t>;
+    using StrideCols = Stride<_1, int64_t, int64_t, int64_t>;
+
+    template <class T, class Shape_, class Stride_>
+    static auto gmem_tensor() {
+        return make_tensor(make_gmem_ptr(static_cast<T *>(nullptr)), Shape_{}, Stride_{});
+    }
+
+    using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeRows, StrideRows>(),
+                                        SmemLayoutQ{}));
+    using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeRows, StrideRows>(),
+                                        SmemLayoutK{}(_, _, _0{})));
+    using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeCols, StrideCols>(),
+                                        SmemLayoutVt{}(_, _, _0{})));
+    using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, gmem_tensor<Element, ShapeRows, StrideRows>(),
+                                        SmemLayoutO{}));
+};
+
+}  // namespace flash::sm90

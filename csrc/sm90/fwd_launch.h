@@ -1,0 +1,47 @@
+// Host entry of the Hopper forward: TMA descriptors from the parameters, then one persistent
+// block per SM (fewer when there are fewer tiles).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+
+#include "common/flash.h"
+#include "sm90/fwd_kernel.h"
+#include "sm90/fwd_kernel_traits.h"
+#include "sm90/fwd_params.h"
+#include "sm90/fwd_tile_config.h"
+
+template <typename Element, int kHeadDim, bool kIsCausal>
+using Sm90FwdTraitsFor =
+    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kIsCausal).block_m,
+                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).block_n,
+                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).num_stages>;
+
+// Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()
+// for the caller to report.
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
+    using Traits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal>;
+    const bool varlen = params.cu_seqlens_q != nullptr;
+    // No query row: nothing to write (and no TMA descriptor can describe an empty tensor).
+    if ((varlen ? params.total_q : params.seqlen_q) <= 0 || params.seqlen_q <= 0 || params.batch <= 0 ||
+        params.num_heads <= 0) {
+        return;
+    }
+    int device = 0, num_sms = 0, l2_bytes = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+        return;
+    }
+    // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
+    const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
+    auto kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
+        cudaSuccess) {
+        return;
+    }
+    const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
+    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+}

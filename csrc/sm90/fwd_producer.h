@@ -1,0 +1,104 @@
+// The load warp's loop: for every tile, Q once (Algorithm 1 line 4) and K_j, V_j for each KV block
+// the tile visits (line 7), by TMA into the shared-memory stages the consumers have released.
+// Run by one thread.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/block_info.h"
+#include "common/block_range.h"
+#include "common/mask.h"
+#include "sm90/fwd_params.h"
+#include "sm90/tile_scheduler.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <class Traits, bool kIsCausal>
+__device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
+                                             typename Traits::SharedStorage &shared,
+                                             typename Traits::PipelineKV &pipeline_k,
+                                             typename Traits::PipelineKV &pipeline_v) {
+    using BlockM = typename Traits::BlockM;
+    using BlockN = typename Traits::BlockN;
+    using HeadDim = typename Traits::HeadDim;
+    using ClusterTransactionBarrier = cutlass::arch::ClusterTransactionBarrier;
+    using ClusterBarrier = cutlass::arch::ClusterBarrier;
+    Flash_fwd_params const &params = kp.params;
+
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename Traits::SmemLayoutVt{});
+    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q);  // (rows, d, heads, batch)
+    Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k);
+    Tensor mVt = kp.tma_v.get_tma_tensor(kp.shape_v);  // (d, rows, heads, batch)
+
+    auto k_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
+    auto v_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
+    int q_free_phase = 1;  // the first tile finds Q's buffer free
+
+    for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
+        const TileCoord tc = kp.scheduler.template coord<kIsCausal>(tile);
+        const BlockInfo binfo(params, tc.bidb);
+        const int row0 = tc.m_block * Traits::kBlockM;
+        if (row0 >= binfo.seqlen_q) {
+            continue;
+        }
+        const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
+        const BlockRange n_blocks = kv_block_range(mask, row0, Traits::kBlockM, Traits::kBlockN);
+        const int bidh_k = tc.bidh / (params.num_heads / params.num_heads_k);
+
+        Tensor gQ = local_tile(tma_sequence<true>(mQ, kp.shape_q, binfo.q_start, tc.bidh, tc.bidb),
+                               Shape<BlockM, HeadDim>{}, make_coord(tc.m_block, _0{}));
+        Tensor gK = local_tile(tma_sequence<true>(mK, kp.shape_k, binfo.k_start, bidh_k, tc.bidb),
+                               Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
+        Tensor gVt = local_tile(tma_sequence<false>(mVt, kp.shape_v, binfo.k_start, bidh_k, tc.bidb),
+                                Shape<HeadDim, BlockN>{}, make_coord(_0{}, _));  // (d, N, n_block)
+        auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        // (TMA, n_block) and (TMA, stage); not structured bindings, which lambdas cannot capture in C++17.
+        auto tKgK_tKsK = tma_partition(kp.tma_k, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        auto tVgV_tVsV = tma_partition(kp.tma_v, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+        Tensor tKgK = get<0>(tKgK_tKsK);
+        Tensor tKsK = get<1>(tKgK_tKsK);
+        Tensor tVgV = get<0>(tVgV_tVsV);
+        Tensor tVsV = get<1>(tVgV_tVsV);
+
+        auto load_k = [&](int n_block) __attribute__((always_inline)) {
+            pipeline_k.producer_acquire(k_state);
+            copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(k_state)), tKgK(_, n_block),
+                 tKsK(_, k_state.index()));
+            ++k_state;
+        };
+        auto load_v = [&](int n_block) __attribute__((always_inline)) {
+            pipeline_v.producer_acquire(v_state);
+            copy(kp.tma_v.with(*pipeline_v.producer_get_barrier(v_state)), tVgV(_, n_block),
+                 tVsV(_, v_state.index()));
+            ++v_state;
+        };
+
+        // Blocks in the consumers' order, last to first. The first K goes out before Q, which
+        // waits until the previous tile is done with Q's buffer.
+        int n_block = n_blocks.end - 1;
+        if (n_block >= n_blocks.begin) {
+            load_k(n_block);
+        }
+        ClusterBarrier::wait(&shared.q_free, q_free_phase);
+        q_free_phase ^= 1;
+        ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, Traits::kQBytes);
+        copy(kp.tma_q.with(shared.q_full), tQgQ, tQsQ);
+        if (n_block >= n_blocks.begin) {
+            load_v(n_block);
+        }
+        for (--n_block; n_block >= n_blocks.begin; --n_block) {
+            load_k(n_block);
+            load_v(n_block);
+        }
+    }
+}
+
+}  // namespace flash::sm90

@@ -1,0 +1,26 @@
+// The Hopper forward's tile shape per head dim. block_m rows of Q are split between
+// block_m / 64 consumer warpgroups (wgmma's M is 64 per warpgroup); K and V come block_n rows
+// at a time through num_stages shared-memory buffers each.
+#pragma once
+
+struct Sm90FwdTileConfig {
+    int block_m;     // rows of Q per tile (B_r in the paper)
+    int block_n;     // rows of K/V per inner iteration (B_c): a wgmma N, so 64, 96, 128, 192 or 256
+    int num_stages;  // shared-memory buffers for each of K and V
+};
+
+// Shared memory (227 KB per block) bounds the larger head dims: Q, 2 stages of K and of V.
+constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool causal) {
+    (void)causal;
+    switch (head_dim) {
+        case 64:
+        case 96:
+        case 128:
+            return {128, 128, 2};
+        case 192:
+            return {128, 96, 2};
+        case 256:
+        default:
+            return {128, 64, 2};
+    }
+}
