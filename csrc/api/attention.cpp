@@ -56,8 +56,9 @@ const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::T
                            const std::optional<at::Tensor> &cu_seqlens_q,
                            const std::optional<at::Tensor> &cu_seqlens_k, const AttentionOptions &options) {
     const Problem p = checked_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, options);
-    const at::Tensor out = at::empty({0}, q.options()), softmax_lse = at::empty({0}, q.options().dtype(at::kFloat));
-    return family_name(fwd_family(fwd_params(p, options, q, k, v, out, softmax_lse), p.sm));
+    // Only the layouts are read: q stands for out, which mha_fwd allocates like it.
+    const at::Tensor softmax_lse = at::empty({0}, q.options().dtype(at::kFloat));
+    return family_name(fwd_family(fwd_params(p, options, q, k, v, q, softmax_lse), p.sm));
 }
 
 // The backward runs on the FA2 family. dk and dv of MQA/GQA are sums over the query heads of each
