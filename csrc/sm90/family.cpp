@@ -6,12 +6,9 @@
 
 namespace flash::sm90 {
 
-// Softcap and ALiBi run on the FA2 family, and so do tensors with a row stride of 0 (a broadcast
-// along the sequence), which a TMA descriptor cannot describe.
+// Tensors with a row stride of 0 (a broadcast along the sequence) run on the FA2 family: a TMA
+// descriptor cannot describe them.
 bool supports_fwd(const Flash_fwd_params &params) {
-    if (params.softcap > 0.f || params.alibi_slopes_ptr != nullptr) {
-        return false;
-    }
     if (params.q_row_stride == 0 || params.k_row_stride == 0 || params.v_row_stride == 0 || params.o_row_stride == 0) {
         return false;
     }

@@ -8,7 +8,7 @@
 
 namespace flash::sm90 {
 
-// Whether this build has a kernel for the params (element type, head dim, options).
+// Whether this build has a kernel for the params (element type, head dim, strides).
 bool supports_fwd(const Flash_fwd_params &params);
 
 // Launch the forward on stream; false if this build has no kernel for the params.

@@ -7,13 +7,11 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "common/block_info.h"
-#include "common/block_range.h"
-#include "common/mask.h"
+#include "common/score_mod.h"
 #include "common/softmax.h"
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
-#include "sm90/tile_scheduler.h"
+#include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
 #include "sm90/wgmma_utils.h"
 
@@ -22,7 +20,7 @@ namespace flash::sm90 {
 using namespace cute;
 
 // ctid: the thread's index among the consumer threads.
-template <class Traits, bool kIsCausal>
+template <class Traits, bool kIsCausal, bool kScoreMod>
 __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared,
                                              typename Traits::PipelineKV &pipeline_k,
@@ -51,14 +49,16 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
     for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
-        const TileCoord tc = kp.scheduler.template coord<kIsCausal>(tile);
-        const BlockInfo binfo(params, tc.bidb);
-        const int row0 = tc.m_block * Traits::kBlockM;
-        if (row0 >= binfo.seqlen_q) {
+        const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
+        if (work.empty()) {
             continue;
         }
-        const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
-        const BlockRange n_blocks = kv_block_range(mask, row0, Traits::kBlockM, Traits::kBlockN);
+        const TileCoord &tc = work.tc;
+        const BlockInfo &binfo = work.binfo;
+        const int row0 = work.row0;
+        const Mask<kIsCausal> &mask = work.mask;
+        const BlockRange &n_blocks = work.n_blocks;
+        const ScoreMod score_mod(params, tc.bidb, tc.bidh, binfo.causal_shift());
         // KV blocks from the last to the first: runs of blocks that need a mask (the seqlen_k edge
         // and the window's right edge, i.e. the causal diagonal, first; the window's left edge
         // last) alternate with runs that need none, whose loop has no mask code.
@@ -88,11 +88,14 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
 
         // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m) in 16 bits.
         auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
+            if constexpr (kScoreMod) {
+                score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
+            }
             if constexpr (decltype(masked)::value) {
                 mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             fill(rescale, 1.f);
-            softmax.update(acc_s_rows, rescale, params.softmax_scale_log2);
+            softmax.update(acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
         };
 
         // O *= e^{m_old - m} for the last softmax step, just before the next P V adds to O.
@@ -177,7 +180,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         }
 
         // Lines 12-13.
-        auto lse = softmax.finalize(acc_o_rows, params.softmax_scale);
+        auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale);
         fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid);
     }
     // The last O store has read its shared memory before the block exits.

@@ -5,11 +5,8 @@
 
 #include <cute/tensor.hpp>
 
-#include "common/block_info.h"
-#include "common/block_range.h"
-#include "common/mask.h"
 #include "sm90/fwd_params.h"
-#include "sm90/tile_scheduler.h"
+#include "sm90/tile_work.h"
 
 namespace flash::sm90 {
 
@@ -43,14 +40,13 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
     int q_free_phase = 1;  // the first tile finds Q's buffer free
 
     for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
-        const TileCoord tc = kp.scheduler.template coord<kIsCausal>(tile);
-        const BlockInfo binfo(params, tc.bidb);
-        const int row0 = tc.m_block * Traits::kBlockM;
-        if (row0 >= binfo.seqlen_q) {
+        const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
+        if (work.empty()) {
             continue;
         }
-        const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
-        const BlockRange n_blocks = kv_block_range(mask, row0, Traits::kBlockM, Traits::kBlockN);
+        const TileCoord &tc = work.tc;
+        const BlockInfo &binfo = work.binfo;
+        const BlockRange &n_blocks = work.n_blocks;
         const int bidh_k = tc.bidh / (params.num_heads / params.num_heads_k);
 
         Tensor gQ = local_tile(tma_sequence<true>(mQ, kp.shape_q, binfo.q_start, tc.bidh, tc.bidb),
