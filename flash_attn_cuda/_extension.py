@@ -1,5 +1,5 @@
 """Loads the compiled module flash_attn_cuda._C, which defines the ops torch.ops.flash_attn_cuda
-(csrc/torch_ops.cpp), with a clear error when it was not built."""
+(csrc/api/torch_ops.cpp), with a clear error when it was not built."""
 
 import torch
 

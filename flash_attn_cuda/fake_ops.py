@@ -1,4 +1,4 @@
-"""Fake implementations of the extension's ops (csrc/torch_ops.cpp): the shapes and dtypes of
+"""Fake implementations of the extension's ops (csrc/api/torch_ops.cpp): the shapes and dtypes of
 their outputs, computed on no data, with which torch.compile (and meta tensors) trace them.
 Registered when _extension.load() imports this module, once the ops are defined."""
 

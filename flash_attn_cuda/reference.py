@@ -16,7 +16,9 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
     The variants follow flash-attn 2.x, with shift = seqlen_k - seqlen_q, query row i, key j:
     softcap > 0 makes the scaled score softcap * tanh(score / softcap); alibi_slopes (nheads,) or
     (batch, nheads) add -slope * |i + shift - j|; window_size (left, right) keeps the keys with
-    i + shift - left <= j <= i + shift + right (-1: unbounded), causal setting right = 0. A query
+    i + shift - left <= j <= i + shift + right (-1: unbounded), causal setting right = 0, a given
+    window normalized as flash-attn's C++ does it (a side >= seqlen_k is unbounded; with one side
+    bounded, the unbounded other is seqlen_k: it matters only where seqlen_q > seqlen_k). A query
     row that sees no key gets output 0 and logsumexp +inf. Returns (out in q's dtype, lse float32
     (batch, nheads, seqlen_q)).
     """
@@ -40,6 +42,14 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
         scores = scores - slopes * offset.abs().to(scores.dtype)
     left, right = window_size
     right = 0 if causal else right
+    if window_size[0] >= 0 or window_size[1] >= 0:
+        # flash-attn 2.x's normalization of a given window (its C++ entry points): a side at least
+        # seqlen_k wide is unbounded; with one side bounded, an unbounded other side is seqlen_k.
+        left, right = (-1 if left >= seqlen_k else left), (-1 if right >= seqlen_k else right)
+        if left < 0 and right >= 0:
+            left = seqlen_k
+        elif left >= 0 and right < 0:
+            right = seqlen_k
     masked = torch.zeros_like(offset, dtype=torch.bool)
     if right >= 0:
         masked |= offset > right

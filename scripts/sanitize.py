@@ -42,6 +42,24 @@ out.backward(torch.randn_like(out))
 torch.cuda.synchronize()
 print(f"qkvpacked d={head_dim} causal=True: ok")
 
+# The Hopper family's paths at d <= 128 (O in its own shared-memory buffer, the next tile's Q loading
+# during the epilogue): varlen tails, tiles that see no key (a window right of the sequence's end),
+# a deterministic window; at d = 64 and 128 where built.
+for head_dim in [d for d in (64, 128) if d in built["head_dims"]]:
+    q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), window_size=(3, 0),
+                                 deterministic=True)
+    out.backward(torch.randn_like(out))
+    q = torch.randn(3, 517, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(3, 140, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_func(q, k, v, window_size=(5, 2))
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print(f"varlen window, empty tiles d={head_dim}: ok")
+
 # The variants: a window with both edges, one left-only with causal, softcap with ALiBi; each on the
 # default family (the Hopper one where built, for what it supports) and on the FA2 family forced.
 import os  # noqa: E402

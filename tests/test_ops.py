@@ -1,4 +1,4 @@
-"""The ops torch.ops.flash_attn_cuda.* (csrc/torch_ops.cpp): schemas, fake implementations, the C++
+"""The ops torch.ops.flash_attn_cuda.* (csrc/api/torch_ops.cpp): schemas, fake implementations, the C++
 autograd and torch.compile tracing. On meta tensors (CPU, wherever the extension is built) and
 through torch.library.opcheck on CUDA tensors (GPU)."""
 

@@ -63,10 +63,16 @@ def test_low_precision_reference_differs_from_upcast_one():
 
 def naive_variant_attention(q, k, v, scale, window, softcap, slopes):
     """Row by row in float64, with the window (left, right), softcap and ALiBi slopes (nheads,) of
-    flash-attn 2.x written out per key."""
+    flash-attn 2.x written out per key. The window is first normalized as flash-attn's C++ entry
+    points do: a side >= seqlen_k is unbounded (-1), then an unbounded side opposite a bounded one
+    is seqlen_k."""
     batch, seqlen_q, nheads, _ = q.shape
     seqlen_k = k.shape[1]
     shift = seqlen_k - seqlen_q
+    if window[0] >= 0 or window[1] >= 0:
+        window = tuple(-1 if w >= seqlen_k else w for w in window)
+        if (window[0] < 0) != (window[1] < 0):
+            window = tuple(seqlen_k if w < 0 else w for w in window)
     out = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full((batch, nheads, seqlen_q), math.inf, dtype=torch.float64)
     for b in range(batch):
@@ -85,8 +91,8 @@ def naive_variant_attention(q, k, v, scale, window, softcap, slopes):
     return out, lse
 
 
-@pytest.mark.parametrize("window", [(-1, -1), (2, 0), (0, 3), (3, -1), (-1, 1), (1, 1)])
-@pytest.mark.parametrize("seqlen_q,seqlen_k", [(5, 9), (9, 5), (7, 7)])
+@pytest.mark.parametrize("window", [(-1, -1), (2, 0), (0, 3), (3, -1), (-1, 1), (1, 1), (6, 2)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(5, 9), (9, 5), (7, 7), (13, 4)])
 @pytest.mark.parametrize("softcap,alibi", [(0.0, False), (2.0, False), (0.0, True), (3.0, True)])
 def test_reference_variants_match_naive(window, seqlen_q, seqlen_k, softcap, alibi):
     gen = torch.Generator().manual_seed(seqlen_q * 10 + seqlen_k + window[0] * 7 + window[1])

@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cmath>
 #include <vector>
 
 #include "api/checks.h"
@@ -45,6 +46,10 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor &q_in, const at::Ten
     at::Tensor softmax_lse = at::empty(p.lse_shape(), q.options().dtype(at::kFloat));
     Flash_fwd_params params = fwd_params(p, options, q, k, v, out, softmax_lse);
     if (empty_problem(p)) {
+        // Varlen with max_seqlen_q 0 can still have rows where the host could not check the
+        // offsets (torch.compile, graph capture): they see no key.
+        out.zero_();
+        softmax_lse.fill_(INFINITY);
         return {out, softmax_lse};
     }
     const Family family = fwd_family(params, p.sm);
@@ -56,9 +61,11 @@ const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::T
                            const std::optional<at::Tensor> &cu_seqlens_q,
                            const std::optional<at::Tensor> &cu_seqlens_k, const AttentionOptions &options) {
     const Problem p = checked_problem(q, k, v, cu_seqlens_q, cu_seqlens_k, options);
-    // Only the layouts are read: q stands for out, which mha_fwd allocates like it.
+    // As mha_fwd sees them. Only the layouts are read: q stands for out, which mha_fwd allocates like it.
+    const at::Tensor q_read = copy_if_misaligned(q);
     const at::Tensor softmax_lse = at::empty({0}, q.options().dtype(at::kFloat));
-    return family_name(fwd_family(fwd_params(p, options, q, k, v, q, softmax_lse), p.sm));
+    return family_name(fwd_family(
+        fwd_params(p, options, q_read, copy_if_misaligned(k), copy_if_misaligned(v), q_read, softmax_lse), p.sm));
 }
 
 // The backward runs on the FA2 family. dk and dv of MQA/GQA are sums over the query heads of each

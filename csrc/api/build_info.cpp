@@ -8,15 +8,13 @@
 #include <vector>
 
 #include "api/attention.h"
+#include "api/checks.h"
 #include "api/families.h"
 #include "sm80/bwd_tile_config.h"
 #include "sm80/family.h"
 #include "sm80/fwd_tile_config.h"
 
 namespace {
-
-// Set by setup.py from FLASH_ATTN_CUDA_ARCHS, FLASH_ATTN_HDIMS and FLASH_ATTN_DTYPES.
-constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
 
 std::vector<std::string> built_dtypes() {
     std::vector<std::string> dtypes;

@@ -9,9 +9,10 @@
 
 namespace {
 
-// Set by setup.py from FLASH_ATTN_CUDA_ARCHS and flash_attn_cuda/head_dims.py.
-constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
+// Set by setup.py from flash_attn_cuda/head_dims.py.
 constexpr int kKernelHeadDims[] = {FLASH_ATTN_KERNEL_HDIMS};
+// Sequence lengths and token counts stay below it (common/mask.h compares offsets in int).
+constexpr int64_t kMaxRows = int64_t(1) << 30;
 
 // SASS built for sm_XY runs on sm_XZ with Z >= Y.
 void check_device_arch(int sm) {
@@ -98,8 +99,7 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
         check_cu_seqlens(*cu_seqlens_k, "cu_seqlens_k", q);
         TORCH_CHECK_VALUE(cu_seqlens_k->numel() == cu_seqlens_q->numel(), "cu_seqlens_k must have the length of ",
                           "cu_seqlens_q (batch + 1 = ", cu_seqlens_q->numel(), "), got ", cu_seqlens_k->numel());
-        // Below 2^30, so that rounding up to a block and adding a block per sequence stay in int.
-        constexpr int64_t kMaxRows = int64_t(1) << 30;
+        // Rounding up to a block and adding a block per sequence stay in int.
         TORCH_CHECK_VALUE(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q < kMaxRows &&
                               max_seqlen_k < kMaxRows,
                           "max_seqlen_q and max_seqlen_k must be in [0, 2^30), got ", max_seqlen_q, " and ",
@@ -115,6 +115,9 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
         TORCH_CHECK_VALUE(k.size(2) == p.head_dim, "k must have shape (total_k, nheads_k, ", p.head_dim, "), got ",
                           k.sizes());
     } else {
+        // Below 2^30, as for varlen: the masks compare offsets of rows and keys in int.
+        TORCH_CHECK_VALUE(q.size(1) < kMaxRows && k.size(1) < kMaxRows, "seqlen_q and seqlen_k must be below 2^30, got ",
+                          q.size(1), " and ", k.size(1));
         p.batch = q.size(0);
         p.seqlen_q = q.size(1);
         p.seqlen_k = k.size(1);

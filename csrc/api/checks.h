@@ -10,6 +10,9 @@
 #include <optional>
 #include <vector>
 
+// The SASS archs of this build (setup.py sets FLASH_ATTN_ARCHS from FLASH_ATTN_CUDA_ARCHS).
+inline constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
+
 // Shapes of a checked problem. Varlen: seqlen_q and seqlen_k are the maximum lengths, and
 // cu_seqlens_q / cu_seqlens_k are set.
 struct Problem {

@@ -41,16 +41,36 @@ AttentionOptions AttentionOptions::saved(torch::autograd::AutogradContext *ctx) 
 }
 
 void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q) const {
-    TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive, got ",
-                      softmax_scale);
+    TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0 && std::isnormal(static_cast<float>(softmax_scale)),
+                      "softmax_scale must be positive and a normal float32 number, got ", softmax_scale);
     TORCH_CHECK_VALUE(window_left >= -1 && window_right >= -1, "window_size must be (left, right) with each -1 "
                       "(unbounded) or >= 0, got (", window_left, ", ", window_right, ")");
+    // flash-attn 2.x's normalization of a given window (its C++ entry points): a side at least
+    // seqlen_k wide is unbounded, and with one side bounded an unbounded other side becomes seqlen_k
+    // (max_seqlen_k for varlen). It differs from "-1 is unbounded" only where seqlen_q > seqlen_k.
+    int64_t left = window_left, right = causal ? 0 : window_right;
+    if (window_left >= 0 || window_right >= 0) {
+        const int64_t seqlen_k = params.seqlen_k;
+        left = left >= seqlen_k ? -1 : left;
+        right = right >= seqlen_k ? -1 : right;
+        if (left < 0 && right >= 0) {
+            left = seqlen_k;
+        } else if (left >= 0 && right < 0) {
+            right = seqlen_k;
+        }
+    }
     auto bound = [](int64_t side) { return side < 0 ? kWindowUnbounded : int(std::min<int64_t>(side, kWindowUnbounded)); };
     params.is_causal = causal;
-    params.window_left = bound(window_left);
-    params.window_right = causal ? 0 : bound(window_right);
-    TORCH_CHECK_VALUE(std::isfinite(softcap) && softcap >= 0, "softcap must be >= 0 (0 is off), got ", softcap);
-    params.softcap = static_cast<float>(softcap);
+    params.window_left = bound(left);
+    params.window_right = bound(right);
+    // Checked as the kernels see them, in float: a softcap whose float or softmax_scale / softcap
+    // is not a normal number would silently disable or corrupt the cap.
+    const float softcap_f = static_cast<float>(softcap);
+    TORCH_CHECK_VALUE(softcap == 0 || (softcap > 0 && std::isnormal(softcap_f) &&
+                                       std::isnormal(static_cast<float>(softmax_scale / softcap))),
+                      "softcap must be 0 (off) or a positive float32 number that softmax_scale / softcap also fits, got ",
+                      softcap);
+    params.softcap = softcap_f;
     params.alibi_slopes_ptr = nullptr;
     if (alibi_slopes.has_value()) {
         const at::Tensor &slopes = *alibi_slopes;

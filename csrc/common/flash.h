@@ -14,7 +14,7 @@ struct Flash_fwd_params {
     void *__restrict__ k_ptr;
     void *__restrict__ v_ptr;
     void *__restrict__ o_ptr;
-    // (batch, nheads, seqlen_q), contiguous.
+    // (batch, nheads, seqlen_q), contiguous; varlen (nheads, total_q).
     float *__restrict__ softmax_lse_ptr;
 
     int64_t q_batch_stride, k_batch_stride, v_batch_stride, o_batch_stride;
@@ -57,8 +57,9 @@ struct Flash_bwd_params : Flash_fwd_params {
     // dO: (batch, seqlen_q, nheads, head_dim) with a contiguous last dim.
     void *__restrict__ do_ptr;
     int64_t do_batch_stride, do_row_stride, do_head_stride;
-    // Outputs, contiguous. dk and dv have one head per query head (nheads); flash_api.cpp sums
-    // the heads of a group for MQA/GQA.
+    // Outputs laid out like q (dq) and k (dk, dv), with a contiguous last dim: views of one packed
+    // gradient, say. dk and dv have one head per query head (nheads); api/attention.cpp sums the
+    // heads of a group for MQA/GQA.
     void *__restrict__ dq_ptr;
     void *__restrict__ dk_ptr;
     void *__restrict__ dv_ptr;
@@ -77,7 +78,8 @@ struct Flash_bwd_params : Flash_fwd_params {
     // (batch, nheads, accum_rows) fp32 (varlen: (nheads, accum_rows)): D = rowsum(dO * O).
     float *__restrict__ softmax_d_ptr;
     // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
-    // deterministic: KV block j adds into a Q block once the count there reaches j. Else null.
+    // deterministic: KV block j adds into a Q block once the count there reaches j's place among
+    // the KV blocks of that Q block's range (common/block_range.h). Else null.
     int *__restrict__ dq_semaphore_ptr;
 };
 
@@ -89,3 +91,9 @@ struct BwdWorkspace {
     int64_t softmax_d_floats;
     int64_t semaphore_ints;
 };
+
+// Softcap or ALiBi on: the families then launch their kernels with the score modification
+// (common/score_mod.h) compiled in.
+inline bool has_score_mod(const Flash_fwd_params &params) {
+    return params.softcap > 0.f || params.alibi_slopes_ptr != nullptr;
+}

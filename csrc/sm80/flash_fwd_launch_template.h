@@ -33,7 +33,7 @@ void launch_fwd(Flash_fwd_params &params, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_(Flash_fwd_params &params, cudaStream_t stream) {
     using Traits = FwdTraitsFor<Element, kHeadDim, kIsCausal>;
-    if (params.softcap > 0.f || params.alibi_slopes_ptr != nullptr) {
+    if (has_score_mod(params)) {
         launch_fwd<Traits, kIsCausal, true>(params, stream);
     } else {
         launch_fwd<Traits, kIsCausal, false>(params, stream);

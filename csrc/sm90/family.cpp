@@ -6,10 +6,14 @@
 
 namespace flash::sm90 {
 
-// Tensors with a row stride of 0 (a broadcast along the sequence) run on the FA2 family: a TMA
-// descriptor cannot describe them.
+// Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
+// family: a TMA descriptor cannot describe them.
 bool supports_fwd(const Flash_fwd_params &params) {
-    if (params.q_row_stride == 0 || params.k_row_stride == 0 || params.v_row_stride == 0 || params.o_row_stride == 0) {
+    const bool varlen = params.cu_seqlens_q != nullptr;
+    const int rows_q = varlen ? params.total_q : params.seqlen_q, rows_k = varlen ? params.total_k : params.seqlen_k;
+    auto describable = [](int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; };
+    if (!describable(params.q_row_stride, rows_q) || !describable(params.o_row_stride, rows_q) ||
+        !describable(params.k_row_stride, rows_k) || !describable(params.v_row_stride, rows_k)) {
         return false;
     }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {

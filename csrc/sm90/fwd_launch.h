@@ -37,7 +37,7 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     }
     // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
     const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
-    auto kernel = params.softcap > 0.f || params.alibi_slopes_ptr != nullptr
+    auto kernel = has_score_mod(params)
                       ? &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true>
                       : &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, false>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
