@@ -43,19 +43,15 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
     """Every public function's forward: the op fwd on q, k, v, or packed_fwd on q (or None) and a
     packed kv (or qkv). The ops check the tensors and carry the autograd (csrc/api/torch_ops.cpp)."""
     reject_unimplemented_options(dropout_p)
-    head_dim = (q if q is not None else packed).shape[-1]
+    queries = q if q is not None else packed  # the tensor whose last dims are (nheads, head_dim)
+    head_dim = queries.shape[-1]
     check_head_dim(head_dim)
     if cu_seqlens_q is not None:
-        total_k = (k if packed is None else packed).shape[0]
-        check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                (q if q is not None else packed).shape[0], total_k)
-    # The default needs no check, and stays symbolic under torch.compile(dynamic=True).
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(head_dim)
-    elif math.isfinite(softmax_scale) and softmax_scale > 0:
-        softmax_scale = float(softmax_scale)
-    else:
-        raise ValueError(f"softmax_scale must be positive and finite, got {softmax_scale}")
+        keys = k if packed is None else packed
+        check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, queries.shape[0],
+                                keys.shape[0])
+    # The default stays symbolic under torch.compile(dynamic=True); a given scale is checked by the op.
+    softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     # Pad to the kernel's head dim with zeros (which change neither q k^T nor the first head_dim
     # columns of the output) and slice the output back.
     padding = kernel_head_dim(head_dim) - head_dim

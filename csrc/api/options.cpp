@@ -42,7 +42,7 @@ AttentionOptions AttentionOptions::saved(torch::autograd::AutogradContext *ctx) 
 
 void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q) const {
     TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0 && std::isnormal(static_cast<float>(softmax_scale)),
-                      "softmax_scale must be positive and a normal float32 number, got ", softmax_scale);
+                      "softmax_scale must be positive and finite (a normal float32 number), got ", softmax_scale);
     TORCH_CHECK_VALUE(window_left >= -1 && window_right >= -1, "window_size must be (left, right) with each -1 "
                       "(unbounded) or >= 0, got (", window_left, ", ", window_right, ")");
     // flash-attn 2.x's normalization of a given window (its C++ entry points): a side at least
