@@ -1,11 +1,13 @@
 """Attention variants against their peers, in one process: flash_attn_cuda with a sliding window,
 softcap or ALiBi against FlexAttention (torch.compile'd, the window as a block mask, softcap and
 ALiBi as score_mod), ALiBi against SDPA's efficient backend with the bias as an explicit additive
-mask, and each against flash_attn_cuda without the variant (variant none: the variant's cost; for
-window (1024, 0), none is full causal). bf16, 16k tokens per batch, hidden 2048.
+mask, dropout against SDPA's flash backend with dropout (FlexAttention has none), and each against
+flash_attn_cuda without the variant (variant none: the variant's cost; for window (1024, 0), none
+is full causal; dropout runs on the FA2 family, so its rows also have none on that family,
+impl flash_attn_cuda_sm80). bf16, 16k tokens per batch, hidden 2048.
 
 python benchmarks/benchmark_variants.py [--json] [--hdims 64,128] [--seqlens ...] [--directions fwd,bwd]
-    [--variants window_1024_0,window_256_256,softcap,alibi]
+    [--variants window_1024_0,window_256_256,softcap,alibi,dropout]
 
 Rows: {variant, impl, direction (fwd|bwd), hdim, causal, seqlen, batch, nheads, ms}; --json writes
 results/variants_h100.json after every cell.
@@ -14,6 +16,7 @@ results/variants_h100.json after every cell.
 import argparse
 import json
 import math
+import os
 import pathlib
 import time
 
@@ -26,12 +29,14 @@ from flash_attn_cuda import flash_attn_func
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 SOFTCAP = 30.0
+DROPOUT_P = 0.1
 # variant: (flash_attn_cuda keyword arguments, causal)
 VARIANTS = {
     "window_1024_0": ({"window_size": (1024, 0)}, True),
     "window_256_256": ({"window_size": (256, 256)}, False),
     "softcap": ({"softcap": SOFTCAP}, True),
     "alibi": ({"alibi": True}, True),
+    "dropout": ({"dropout_p": DROPOUT_P}, False),
 }
 
 
@@ -79,13 +84,31 @@ def sdpa_efficient_alibi(seqlen, nheads):
     return attend
 
 
-def ours(variant, causal, nheads, with_variant):
-    """flash_attn_cuda in the (batch, nheads, seqlen, d) layout of the peers."""
+def sdpa_flash_dropout(causal):
+    def attend(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=DROPOUT_P, is_causal=causal)
+
+    return attend
+
+
+def ours(variant, causal, nheads, with_variant, family=None):
+    """flash_attn_cuda in the (batch, nheads, seqlen, d) layout of the peers; family "sm80" forces
+    the FA2 family (FLASH_ATTN_CUDA_FAMILY, read at every call)."""
     kwargs = dict(VARIANTS[variant][0]) if with_variant else {}
     if kwargs.pop("alibi", False):
         kwargs["alibi_slopes"] = alibi_slopes(nheads)
-    return lambda q, k, v: flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
-                                           **kwargs).transpose(1, 2)
+
+    def attend(q, k, v):
+        if family:
+            os.environ["FLASH_ATTN_CUDA_FAMILY"] = family
+        try:
+            return flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                                   **kwargs).transpose(1, 2)
+        finally:
+            os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)
+
+    return attend
 
 
 def make_call(attend, q, k, v, direction):
@@ -116,8 +139,12 @@ def main():
         batch, nheads = TOKENS // seqlen, HIDDEN // hdim
         q, k, v = (torch.randn(batch, nheads, seqlen, hdim, device="cuda", dtype=DTYPES["bf16"]) for _ in range(3))
         impls = [("flash_attn_cuda", variant, lambda: ours(variant, causal, nheads, True)),
-                 ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False)),
-                 ("flex", variant, lambda: flex(variant, causal, seqlen, nheads))]
+                 ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False))]
+        if variant == "dropout":
+            impls += [("flash_attn_cuda_sm80", "none", lambda: ours(variant, causal, nheads, False, "sm80")),
+                      ("sdpa_flash", variant, lambda: sdpa_flash_dropout(causal))]
+        else:
+            impls.append(("flex", variant, lambda: flex(variant, causal, seqlen, nheads)))
         if variant == "alibi":
             impls.append(("sdpa_efficient", variant, lambda: sdpa_efficient_alibi(seqlen, nheads)))
         timings = []
@@ -136,15 +163,17 @@ def main():
         if args.json:
             RESULTS.mkdir(exist_ok=True)
             (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    print(f"{'variant':15} {'dir':4} {'d':>4} {'seqlen':>6} {'ours ms':>8} {'x none':>7} {'x flex':>7} {'x sdpa_eff':>10}")
+    print(f"{'variant':15} {'dir':4} {'d':>4} {'seqlen':>6} {'ours ms':>8} {'x none':>7} {'x none80':>8} {'x flex':>7} "
+          f"{'x sdpa_eff':>10} {'x sdpa_fl':>9}")
     for direction, hdim, seqlen, variant in cells:
         t = {(r["impl"], r["variant"]): r["ms"] for r in rows
              if (r["direction"], r["hdim"], r["seqlen"], r["of"]) == (direction, hdim, seqlen, variant)}
         mine = t.get(("flash_attn_cuda", variant))
         ratio = lambda other: f"{other / mine:.2f}" if mine and other else "-"
         print(f"{variant:15} {direction:4} {hdim:4d} {seqlen:6d} {mine or math.nan:8.3f} "
-              f"{ratio(t.get(('flash_attn_cuda', 'none'))):>7} {ratio(t.get(('flex', variant))):>7} "
-              f"{ratio(t.get(('sdpa_efficient', variant))):>10}")
+              f"{ratio(t.get(('flash_attn_cuda', 'none'))):>7} {ratio(t.get(('flash_attn_cuda_sm80', 'none'))):>8} "
+              f"{ratio(t.get(('flex', variant))):>7} {ratio(t.get(('sdpa_efficient', variant))):>10} "
+              f"{ratio(t.get(('sdpa_flash', variant))):>9}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def layer_calls(q, k, v, causal):
     ops = _extension.ops()
     scale = q.shape[-1] ** -0.5
     dout = torch.randn_like(q)
-    out, lse = ops.fwd(q, k, v, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False)
+    out, lse, *_ = ops.fwd(q, k, v, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False, 0.0, False)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     stored = flash_attn_func(qg, kg, vg, causal=causal)
 
@@ -52,10 +52,10 @@ def layer_calls(q, k, v, causal):
     sdpa_stored = torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)
     sdpa_public = benchmark_attn.attention_fn("sdpa_flash", causal)
     return [
-        ("ours fwd: op", lambda: ops.fwd(q, k, v, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False)),
-        ("ours fwd: op, inputs requiring grad", lambda: ops.fwd(qg, kg, vg, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False)),
+        ("ours fwd: op", lambda: ops.fwd(q, k, v, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False, 0.0, False)),
+        ("ours fwd: op, inputs requiring grad", lambda: ops.fwd(qg, kg, vg, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False, 0.0, False)),
         ("ours fwd: flash_attn_func", lambda: flash_attn_func(qg, kg, vg, causal=causal)),
-        ("ours bwd: op", lambda: ops.bwd(dout, q, k, v, out, lse, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False)),
+        ("ours bwd: op", lambda: ops.bwd(dout, q, k, v, out, lse, None, None, None, 0, 0, scale, causal, -1, -1, 0.0, None, False, 0.0, False)),
         ("ours bwd: autograd.grad", lambda: torch.autograd.grad(stored, (qg, kg, vg), dout, retain_graph=True)),
         ("sdpa fwd: aten op", lambda: sdpa_fwd(qt, kt, vt, 0.0, causal, scale=scale)),
         ("sdpa fwd: F.sdpa", lambda: torch.nn.functional.scaled_dot_product_attention(qgt, kgt, vgt, is_causal=causal)),

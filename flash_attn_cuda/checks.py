@@ -1,7 +1,7 @@
 """The argument checks Python makes before calling an op. The tensors themselves (dtypes, shapes,
 devices, cu_seqlens' kind) are checked by the op (csrc/api/checks.cpp), on any device; here only what
 must happen before it: the head dim before it is padded, the values of cu_seqlens (read back to
-the host), and the options the kernels do not implement."""
+the host). The options are checked by the op."""
 
 import torch
 
@@ -59,8 +59,3 @@ def _check_offsets(cu_seqlens, side, total, max_seqlen):
     if state is not None:
         passed = stamps[1] if stamps is not None and stamps[0] == state else set()
         cu_seqlens._flash_attn_cuda_checked = (state, passed | {(total, max_seqlen)})
-
-
-def reject_unimplemented_options(dropout_p):
-    if dropout_p != 0.0:
-        raise NotImplementedError("flash_attn_cuda: dropout_p != 0 is not implemented yet")

@@ -5,21 +5,34 @@ Registered when _extension.load() imports this module, once the ops are defined.
 import torch
 
 
-def _forward_like(q, cu_seqlens_q):
-    """Empty (out, softmax_lse) of the forward's shapes: softmax_lse (batch, nheads, seqlen_q), varlen
-    (nheads, total_q)."""
+def _round_up(x, m):
+    return (x + m - 1) // m * m
+
+
+def _forward_like(q, k, cu_seqlens_q, options):
+    """Empty (out, softmax_lse, rng_state, s_dmask) of the forward's shapes: softmax_lse (batch, nheads,
+    seqlen_q), varlen (nheads, total_q); rng_state (2,) int64 with dropout; s_dmask (batch, nheads,
+    seqlen_q and seqlen_k rounded up to 128) with dropout and return_softmax (csrc/api/dropout.h)."""
+    max_seqlen_q, max_seqlen_k = options[0], options[1]
+    dropout_p, return_softmax = options[9], options[10]
     if cu_seqlens_q is None:
         batch, seqlen_q, nheads, _ = q.shape
+        seqlen_k = k.shape[1]
         lse_shape = (batch, nheads, seqlen_q)
     else:
         total_q, nheads, _ = q.shape
+        batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k
         lse_shape = (nheads, total_q)
-    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+    dropout = dropout_p > 0
+    rng_state = q.new_empty((2,) if dropout else (0,), dtype=torch.int64)
+    s_dmask_shape = ((batch, nheads, _round_up(seqlen_q, 128), _round_up(seqlen_k, 128))
+                     if dropout and return_softmax else (0,))
+    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32), rng_state, q.new_empty(s_dmask_shape)
 
 
 @torch.library.register_fake("flash_attn_cuda::fwd")
-def _(q, k, v, cu_seqlens_q, *options):
-    return _forward_like(q, cu_seqlens_q)
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, *options):
+    return _forward_like(q, k, cu_seqlens_q, options)
 
 
 @torch.library.register_fake("flash_attn_cuda::bwd")
@@ -28,12 +41,12 @@ def _(dout, q, k, v, *rest):
 
 
 @torch.library.register_fake("flash_attn_cuda::packed_fwd")
-def _(q, packed, cu_seqlens_q, *options):
+def _(q, packed, cu_seqlens_q, cu_seqlens_k, *options):
     parts = 3 if q is None else 2
     if packed.dim() < 3 or packed.shape[-3] != parts:
         raise ValueError(f"the packed tensor must have {parts} parts in its third dimension from the last, got "
                          f"shape {tuple(packed.shape)}")
-    return _forward_like(packed.select(-3, 0) if q is None else q, cu_seqlens_q)
+    return _forward_like(packed.select(-3, 0) if q is None else q, packed.select(-3, parts - 2), cu_seqlens_q, options)
 
 
 @torch.library.register_fake("flash_attn_cuda::packed_bwd")

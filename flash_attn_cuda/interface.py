@@ -5,7 +5,7 @@ import math
 import torch.nn.functional as F
 
 from flash_attn_cuda import _extension
-from flash_attn_cuda.checks import check_cu_seqlens_values, check_head_dim, reject_unimplemented_options
+from flash_attn_cuda.checks import check_cu_seqlens_values, check_head_dim
 from flash_attn_cuda.head_dims import kernel_head_dim
 
 
@@ -27,8 +27,13 @@ def flash_attn_func(
     q: (batch, seqlen_q, nheads, head_dim); k, v: (batch, seqlen_k, nheads_k, head_dim), fp16 or bf16
     on one CUDA device, nheads a multiple of nheads_k (MQA/GQA), head_dim <= 256. causal masks
     aligned to the bottom-right corner: query i sees keys j <= i + seqlen_k - seqlen_q.
-    Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, None) with
-    return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32.
+    dropout_p drops attention probabilities with a Philox generator seeded from torch's CUDA
+    generator (torch.manual_seed reproduces a run); the backward regenerates the same mask.
+    Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, S_dmask) with
+    return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32 and S_dmask None
+    without dropout; with it, as flash-attn (for tests): (batch, nheads, seqlen_q and seqlen_k
+    rounded up to 128), each visited key block's exp(scores - running max), negated where dropped
+    (decode with _get_block_size_n).
     deterministic=True makes the backward pass accumulate dq in a fixed order (bitwise
     reproducible, slower); the default adds with atomics. softmax_lse carries no gradient.
     """
@@ -41,8 +46,8 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
                max_seqlen_k=0, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs):
     """Every public function's forward: the op fwd on q, k, v, or packed_fwd on q (or None) and a
-    packed kv (or qkv). The ops check the tensors and carry the autograd (csrc/api/torch_ops.cpp)."""
-    reject_unimplemented_options(dropout_p)
+    packed kv (or qkv). The ops check the tensors and options and carry the autograd
+    (csrc/api/torch_ops.cpp)."""
     queries = q if q is not None else packed  # the tensor whose last dims are (nheads, head_dim)
     head_dim = queries.shape[-1]
     check_head_dim(head_dim)
@@ -60,15 +65,25 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
     window_left, window_right = window_size
     # In the order of the ops' options (csrc/api/options.h), which check their values.
     options = (max_seqlen_q, max_seqlen_k, softmax_scale, bool(causal), int(window_left), int(window_right),
-               float(softcap), alibi_slopes, bool(deterministic))
+               float(softcap), alibi_slopes, bool(deterministic), float(dropout_p), bool(return_attn_probs))
     ops = _extension.ops()
     if packed is None:
-        out, softmax_lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *options)
+        out, softmax_lse, _, s_dmask = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *options)
     else:
-        out, softmax_lse = ops.packed_fwd(q, packed, cu_seqlens_q, cu_seqlens_k, *options)
+        out, softmax_lse, _, s_dmask = ops.packed_fwd(q, packed, cu_seqlens_q, cu_seqlens_k, *options)
     if padding:
         out = out[..., :head_dim]
-    return (out, softmax_lse, None) if return_attn_probs else out
+    if not return_attn_probs:
+        return out
+    return out, softmax_lse, (s_dmask if dropout_p > 0 else None)
+
+
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """The key block width of the forward that wrote S_dmask (return_attn_probs with dropout): its
+    entries are exp(scores - the running max over this and the later key blocks of that width).
+    flash-attn's helper of the same name, for its tests' decoding."""
+    del device  # dropout runs on the FA2 family on every GPU
+    return _extension.load().fwd_kernel_config(kernel_head_dim(head_dim), bool(is_causal), bool(is_dropout))[1]
 
 
 def flash_attn_qkvpacked_func(

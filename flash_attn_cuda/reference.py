@@ -6,7 +6,7 @@ import torch
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                  upcast=True, compute_dtype=torch.float32):
+                  dropout_p=0.0, dropout_mask=None, upcast=True, compute_dtype=torch.float32):
     """softmax(q k^T * scale) v in the flash_attn_func layout: q (batch, seqlen_q, nheads, d),
     k/v (batch, seqlen_k, nheads_k, d), nheads a multiple of nheads_k.
 
@@ -19,7 +19,9 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
     i + shift - left <= j <= i + shift + right (-1: unbounded), causal setting right = 0, a given
     window normalized as flash-attn's C++ does it (a side >= seqlen_k is unbounded; with one side
     bounded, the unbounded other is seqlen_k: it matters only where seqlen_q > seqlen_k). A query
-    row that sees no key gets output 0 and logsumexp +inf. Returns (out in q's dtype, lse float32
+    row that sees no key gets output 0 and logsumexp +inf. dropout_mask (batch, nheads, seqlen_q,
+    seqlen_k), True where kept (flash_attn_cuda.dropout), zeroes the other probabilities and
+    scales the kept ones by 1 / (1 - dropout_p). Returns (out in q's dtype, lse float32
     (batch, nheads, seqlen_q)).
     """
     dtype = q.dtype
@@ -58,5 +60,7 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
     scores = scores.masked_fill(masked, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    if dropout_mask is not None:
+        probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
     return out.to(dtype), lse.to(torch.float32).masked_fill(lse == float("-inf"), float("inf"))

@@ -6,7 +6,10 @@
 # SANITIZE=1|0 (compute-sanitizer memcheck, racecheck and synccheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
 # varlen benchmark, benchmarks/benchmark_varlen.py --json), HOST_OVERHEAD=1 (host time of each
-# layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal).
+# layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal),
+# BENCH_VARIANTS="args" (benchmarks/benchmark_variants.py --json args), PROFILE="d:seqlen:causal ..."
+# (ncu on the forward of each problem, scripts/profile_fwd.py: speed of light, compute pipes, warp
+# states; the reports as text in $OUT/ncu.txt).
 # Results (the benchmarks' JSON files, tune.txt) go to $OUT (default ./gpu_out), the logs into
 # $OUT/logs.tgz, packed on exit: the device tool brings back at most 8 files from $OUT.
 set -uo pipefail
@@ -87,10 +90,27 @@ if [ "${HOST_OVERHEAD:-0}" = 1 ]; then
     cp "$LOG/host_overhead.log" "$OUT/"
 fi
 
+if [ -n "${BENCH_VARIANTS:-}" ]; then
+    timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_variants.py --json ${BENCH_VARIANTS} > "$LOG/bench_variants.log" 2>&1 || failed=1
+    cp benchmarks/results/variants_h100.json "$OUT/" 2>/dev/null
+fi
+
+if [ -n "${PROFILE:-}" ]; then
+    for problem in ${PROFILE}; do
+        IFS=':' read -r d s c <<< "$problem"
+        echo "=== forward d=$d seqlen=$s causal=$c" >> "$OUT/ncu.txt"
+        timeout 300 ncu --kernel-name regex:flash_fwd --launch-skip 1 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            python3 scripts/profile_fwd.py "$d" "$s" "$c" >> "$OUT/ncu.txt" 2>&1 || failed=1
+    done
+fi
+
 echo "================ summary ================"
 grep -E "FAILED|Error" "$LOG/tests.log" 2>/dev/null | head -20
 [ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
 [ -f "$LOG/host_overhead.log" ] && cat "$LOG/host_overhead.log"
 [ -f "$LOG/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$LOG/bench.log"
+[ -f "$LOG/bench_variants.log" ] && sed -n '/^variant /,$p' "$LOG/bench_variants.log"
 printf '%s\n' "${summary[@]}"
 exit $failed

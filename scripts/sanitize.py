@@ -78,3 +78,24 @@ for forced in (None, "sm80"):
         torch.cuda.synchronize()
         print(f"variant {sorted(variant)} family={forced or 'default'}: ok")
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)
+
+# Dropout (the FA2 family's dropout kernels, with and without the probabilities written), padded and
+# varlen, causal and windowed.
+for variant in ({"dropout_p": 0.3, "return_attn_probs": True}, {"dropout_p": 0.1, "causal": True},
+                {"dropout_p": 0.2, "window_size": (30, 5)}):
+    q = torch.randn(2, 203, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 150, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_func(q, k, v, **variant)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print(f"dropout {sorted(variant)}: ok")
+q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+v = torch.randn_like(k, requires_grad=True)
+out, _, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), dropout_p=0.25, causal=True,
+                                   return_attn_probs=True)
+out.backward(torch.randn_like(out))
+torch.cuda.synchronize()
+print("varlen dropout with probabilities: ok")

@@ -65,15 +65,3 @@ def test_cpu_tensor():
     q, k, v = tensors()
     with pytest.raises(ValueError, match="CUDA tensor"):
         flash_attn_func(q, k, v)
-
-
-@pytest.mark.parametrize(
-    "option,match",
-    [
-        ({"dropout_p": 0.1}, "dropout_p"),
-    ],
-)
-def test_unbuilt_options_raise_not_implemented(option, match):
-    q, k, v = tensors()
-    with pytest.raises(NotImplementedError, match=match):
-        flash_attn_func(q, k, v, **option)

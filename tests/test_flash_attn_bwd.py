@@ -177,7 +177,8 @@ def test_causal_rows_without_keys_get_zero_gradients():
 
 
 def test_saved_tensors_are_inputs_output_and_lse_only():
-    """No seqlen^2 buffer is kept for the backward pass."""
+    """No seqlen^2 buffer is kept for the backward pass: q, k, v, out, lse and the (here empty, no
+    dropout) rng_state."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     q, k, v = (t.requires_grad_() for t in random_qkv(2, 300, 400, 4, 2, head_dim, dtype, seed=23))
@@ -189,7 +190,7 @@ def test_saved_tensors_are_inputs_output_and_lse_only():
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         flash_attn_func(q, k, v, causal=True)
-    assert sorted(saved) == sorted([q.shape, k.shape, v.shape, q.shape, (2, 4, 300)])
+    assert sorted(saved) == sorted([q.shape, k.shape, v.shape, q.shape, (2, 4, 300), (0,)])
 
 
 def test_backward_memory_is_linear_in_seqlen():

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/checks.h"
+#include "api/dropout.h"
 #include "api/families.h"
 #include "api/params.h"
 #include "sm80/family.h"
@@ -34,10 +35,9 @@ bool empty_problem(const Problem &p) { return p.batch == 0 || p.seqlen_q == 0 ||
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
-                                           const std::optional<at::Tensor> &cu_seqlens_q,
-                                           const std::optional<at::Tensor> &cu_seqlens_k,
-                                           const AttentionOptions &options) {
+FwdOutputs mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+                   const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
+                   const AttentionOptions &options) {
     const Problem p = checked_problem(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, options);
     const at::Tensor q = copy_if_misaligned(q_in), k = copy_if_misaligned(k_in), v = copy_if_misaligned(v_in);
     at::cuda::CUDAGuard device_guard{q.device()};
@@ -45,16 +45,17 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor &q_in, const at::Ten
     at::Tensor out = at::empty(q.sizes(), q.options());
     at::Tensor softmax_lse = at::empty(p.lse_shape(), q.options().dtype(at::kFloat));
     Flash_fwd_params params = fwd_params(p, options, q, k, v, out, softmax_lse);
+    FwdDropoutTensors dropout = set_fwd_dropout(params, p, options, q);
     if (empty_problem(p)) {
         // Varlen with max_seqlen_q 0 can still have rows where the host could not check the
         // offsets (torch.compile, graph capture): they see no key.
         out.zero_();
         softmax_lse.fill_(INFINITY);
-        return {out, softmax_lse};
+        return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
     }
     const Family family = fwd_family(params, p.sm);
     check_launch(run_fwd(family, params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
-    return {out, softmax_lse};
+    return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
 }
 
 const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -73,8 +74,8 @@ const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::T
 std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     const at::Tensor &dout_in, const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
     const at::Tensor &out_in, const at::Tensor &softmax_lse, const std::optional<at::Tensor> &cu_seqlens_q,
-    const std::optional<at::Tensor> &cu_seqlens_k, const AttentionOptions &options,
-    const std::optional<at::Tensor> &dq_out, const std::optional<at::Tensor> &dk_out,
+    const std::optional<at::Tensor> &cu_seqlens_k, const std::optional<at::Tensor> &rng_state,
+    const AttentionOptions &options, const std::optional<at::Tensor> &dq_out, const std::optional<at::Tensor> &dk_out,
     const std::optional<at::Tensor> &dv_out) {
     const Problem p = checked_problem(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, options);
     check_qkv_like(out_in, "out", q_in);
@@ -131,6 +132,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     }
 
     Flash_bwd_params params = bwd_params(p, options, q, k, v, out, softmax_lse, dout, dq, dk_expanded, dv_expanded);
+    set_bwd_dropout(params, rng_state, q);
     const BwdWorkspace ws = flash::sm80::bwd_workspace(params, options.deterministic);
     const auto f32 = q.options().dtype(at::kFloat);
     const at::Tensor dq_accum = at::empty({ws.dq_accum_floats}, f32);

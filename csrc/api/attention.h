@@ -10,24 +10,31 @@
 
 #include "api/options.h"
 
-// Returns (out, softmax_lse). Padded: q (batch, seqlen_q, nheads, head_dim), k and v (batch,
+struct FwdOutputs {
+    at::Tensor out, softmax_lse;
+    // With dropout: the (seed, offset) the backward needs, and with return_softmax the probabilities
+    // (api/dropout.h); empty otherwise.
+    at::Tensor rng_state, s_dmask;
+};
+
+// Padded: q (batch, seqlen_q, nheads, head_dim), k and v (batch,
 // seqlen_k, nheads_k, head_dim); softmax_lse (batch, nheads, seqlen_q). Varlen (cu_seqlens_q and
 // cu_seqlens_k given): q (total_q, nheads, head_dim), k and v (total_k, nheads_k, head_dim),
 // sequence b being the rows [cu_seqlens[b], cu_seqlens[b + 1]), max_seqlen_q / max_seqlen_k at
 // least the longest; softmax_lse (nheads, total_q). Inputs whose data or strides do not allow
 // 16-byte accesses are copied first.
-std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                           const std::optional<at::Tensor> &cu_seqlens_q,
-                                           const std::optional<at::Tensor> &cu_seqlens_k,
-                                           const AttentionOptions &options);
+FwdOutputs mha_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                   const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
+                   const AttentionOptions &options);
 
 // Returns (dq, dk, dv) shaped like q, k, v: written into dq_out, dk_out, dv_out where given (views
-// of one packed gradient, say), else newly allocated. Layouts as for mha_fwd.
+// of one packed gradient, say), else newly allocated. Layouts as for mha_fwd; rng_state is the
+// forward's (needed with dropout).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &out,
     const at::Tensor &softmax_lse, const std::optional<at::Tensor> &cu_seqlens_q,
-    const std::optional<at::Tensor> &cu_seqlens_k, const AttentionOptions &options,
-    const std::optional<at::Tensor> &dq_out, const std::optional<at::Tensor> &dk_out,
+    const std::optional<at::Tensor> &cu_seqlens_k, const std::optional<at::Tensor> &rng_state,
+    const AttentionOptions &options, const std::optional<at::Tensor> &dq_out, const std::optional<at::Tensor> &dk_out,
     const std::optional<at::Tensor> &dv_out);
 
 // The family that would serve this forward (for tests and reports): "sm80" or "sm90".

@@ -43,8 +43,8 @@ py::dict built_config() {
     return config;
 }
 
-py::tuple fwd_kernel_config(int head_dim, bool causal) {
-    const flash::sm80::FwdTileConfig cfg = flash::sm80::fwd_tile_config(head_dim, causal);
+py::tuple fwd_kernel_config(int head_dim, bool causal, bool dropout) {
+    const flash::sm80::FwdTileConfig cfg = flash::sm80::fwd_tile_config(head_dim, causal, dropout);
     return py::make_tuple(cfg.block_m, cfg.block_n, cfg.num_warps);
 }
 
@@ -67,7 +67,8 @@ std::string family_of_fwd(const at::Tensor &q, const at::Tensor &k, const at::Te
                        const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal) {
     return mha_fwd_family(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                          AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, -1, -1, 0.0, std::nullopt, false});
+                          AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, -1, -1, 0.0, std::nullopt, false,
+                                           0.0, false});
 }
 
 }  // namespace
@@ -78,7 +79,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("built_config", &built_config, "archs, kernel families, head dims and dtypes this build has kernels for");
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps) of the FA2 family's forward at a kernel head dim", py::arg("head_dim"),
-          py::arg("causal"));
+          py::arg("causal"), py::arg("dropout") = false);
     m.def("bwd_kernel_config", &bwd_kernel_config, "the FA2 family's backward table entry at a kernel head dim",
           py::arg("head_dim"));
     m.def("fwd_family", &family_of_fwd, "the family (sm80 or sm90) that runs this forward on these tensors' GPU",

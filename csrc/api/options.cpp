@@ -16,12 +16,13 @@ AttentionOptions AttentionOptions::from_stack(c10::ArrayRef<c10::IValue> args) {
     TORCH_INTERNAL_ASSERT(args.size() == kCount);
     return {args[0].toSymInt(), args[1].toSymInt(), args[2].toDouble(),
             args[3].toBool(),   args[4].toInt(),    args[5].toInt(),
-            args[6].toDouble(), args[7].toOptional<at::Tensor>(), args[8].toBool()};
+            args[6].toDouble(), args[7].toOptional<at::Tensor>(), args[8].toBool(),
+            args[9].toDouble(), args[10].toBool()};
 }
 
 void AttentionOptions::push(torch::jit::Stack &stack) const {
     torch::jit::push(stack, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-                     alibi_slopes, deterministic);
+                     alibi_slopes, deterministic, dropout_p, return_softmax);
 }
 
 void AttentionOptions::save(torch::autograd::AutogradContext *ctx) const {
@@ -87,4 +88,10 @@ void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q)
     }
     params.softmax_scale = static_cast<float>(softmax_scale);
     params.softmax_scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+    TORCH_CHECK_VALUE(dropout_p >= 0 && dropout_p < 1, "dropout_p must be in [0, 1), got ", dropout_p);
+    params.p_dropout = static_cast<float>(dropout_p);
+    // 16-bit numbers below round((1 - p) 2^16) are kept: at least one value, so that 1 / (1 - p) stays finite.
+    params.dropout_keep_below =
+        static_cast<uint32_t>(std::clamp<int64_t>(std::llround((1.0 - dropout_p) * 65536.0), 1, 65536));
+    params.dropout_scale = static_cast<float>(1.0 / (1.0 - dropout_p));
 }

@@ -17,8 +17,9 @@ struct AttentionOptions {
     // The trailing arguments of every op's schema, in this order.
     static constexpr const char *kSchema =
         "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, "
-        "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic";
-    static constexpr int kCount = 9;
+        "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic, float dropout_p, "
+        "bool return_softmax";
+    static constexpr int kCount = 11;
 
     // Varlen: at least the longest sequence (ignored for the padded layout).
     c10::SymInt max_seqlen_q, max_seqlen_k;
@@ -32,6 +33,10 @@ struct AttentionOptions {
     std::optional<at::Tensor> alibi_slopes;
     // The backward accumulates dQ in a fixed order (bitwise reproducible).
     bool deterministic;
+    // Dropout on the attention probabilities, in [0, 1); 0 is off.
+    double dropout_p;
+    // With dropout, the forward also returns the probabilities it dropped from (return_attn_probs).
+    bool return_softmax;
 
     // The last kCount values of an op's arguments; push appends them in schema order.
     static AttentionOptions from_stack(c10::ArrayRef<c10::IValue> args);

@@ -17,6 +17,7 @@
 
 #include <string>
 #include <tuple>
+#include <vector>
 #include <utility>
 
 #include "api/attention.h"
@@ -75,37 +76,40 @@ std::tuple<Tensor, Tensor, Tensor> unpack(const OptionalTensor &q, const Tensor 
     return {packed.select(-3, 0), packed.select(-3, 1), packed.select(-3, 2)};
 }
 
-// fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, options) -> (out, softmax_lse)
+void push_fwd_outputs(Stack &stack, size_t num_tensors, FwdOutputs outputs) {
+    set_outputs(stack, num_tensors, std::move(outputs.out), std::move(outputs.softmax_lse),
+                std::move(outputs.rng_state), std::move(outputs.s_dmask));
+}
+
+// fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, options) -> (out, softmax_lse, rng_state, s_dmask)
 void fwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
     const auto [t, options] = boxed_args(*stack, 5);
-    auto [out, softmax_lse] = mha_fwd(t[0].toTensor(), t[1].toTensor(), t[2].toTensor(), t[3].toOptional<Tensor>(),
-                                      t[4].toOptional<Tensor>(), options);
-    set_outputs(*stack, 5, std::move(out), std::move(softmax_lse));
+    push_fwd_outputs(*stack, 5, mha_fwd(t[0].toTensor(), t[1].toTensor(), t[2].toTensor(), t[3].toOptional<Tensor>(),
+                                        t[4].toOptional<Tensor>(), options));
 }
 
-// bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, options) -> (dq, dk, dv)
+// bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state, options) -> (dq, dk, dv)
 void bwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
-    const auto [t, options] = boxed_args(*stack, 8);
+    const auto [t, options] = boxed_args(*stack, 9);
     auto [dq, dk, dv] = mha_bwd(t[0].toTensor(), t[1].toTensor(), t[2].toTensor(), t[3].toTensor(), t[4].toTensor(),
-                                t[5].toTensor(), t[6].toOptional<Tensor>(), t[7].toOptional<Tensor>(), options,
-                                std::nullopt, std::nullopt, std::nullopt);
-    set_outputs(*stack, 8, std::move(dq), std::move(dk), std::move(dv));
+                                t[5].toTensor(), t[6].toOptional<Tensor>(), t[7].toOptional<Tensor>(),
+                                t[8].toOptional<Tensor>(), options, std::nullopt, std::nullopt, std::nullopt);
+    set_outputs(*stack, 9, std::move(dq), std::move(dk), std::move(dv));
 }
 
-// packed_fwd(q or none, packed, cu_seqlens_q, cu_seqlens_k, options) -> (out, softmax_lse)
+// packed_fwd(q or none, packed, cu_seqlens_q, cu_seqlens_k, options) -> (out, softmax_lse, rng_state, s_dmask)
 void packed_fwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
     const auto [t, options] = boxed_args(*stack, 4);
     const auto [q, k, v] = unpack(t[0].toOptional<Tensor>(), t[1].toTensor());
-    auto [out, softmax_lse] = mha_fwd(q, k, v, t[2].toOptional<Tensor>(), t[3].toOptional<Tensor>(), options);
-    set_outputs(*stack, 4, std::move(out), std::move(softmax_lse));
+    push_fwd_outputs(*stack, 4, mha_fwd(q, k, v, t[2].toOptional<Tensor>(), t[3].toOptional<Tensor>(), options));
 }
 
-// packed_bwd(dout, q or none, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, options)
+// packed_bwd(dout, q or none, packed, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state, options)
 // -> (dq, dpacked); dq is empty when q is none (its gradient is in dpacked). The kernel writes into
 // views of dpacked, so that the gradient of the packed tensor is one tensor, not three that autograd
 // would stack (a copy).
 void packed_bwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
-    const auto [t, options] = boxed_args(*stack, 7);
+    const auto [t, options] = boxed_args(*stack, 8);
     const OptionalTensor q_given = t[1].toOptional<Tensor>();
     const Tensor packed = t[2].toTensor();
     Tensor dpacked = at::empty(packed.sizes(), packed.options());
@@ -113,11 +117,11 @@ void packed_bwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) 
     const auto [q, k, v] = unpack(q_given, packed);
     const auto [dq_, dk, dv] = unpack(q_given.has_value() ? OptionalTensor(dq) : std::nullopt, dpacked);
     mha_bwd(t[0].toTensor(), q, k, v, t[3].toTensor(), t[4].toTensor(), t[5].toOptional<Tensor>(),
-            t[6].toOptional<Tensor>(), options, dq_, dk, dv);
-    set_outputs(*stack, 7, std::move(dq), std::move(dpacked));
+            t[6].toOptional<Tensor>(), t[7].toOptional<Tensor>(), options, dq_, dk, dv);
+    set_outputs(*stack, 8, std::move(dq), std::move(dpacked));
 }
 
-// softmax_lse carries no gradient: the Autograd kernels return it detached, and no gradient is
+// softmax_lse (and rng_state, s_dmask) carry no gradient: the Autograd kernels return them detached, and no gradient is
 // materialized for it (a zero-fill per backward). Marking it non-differentiable instead would
 // break compiled autograd, which asserts that no output is so marked.
 void keep_options(AutogradContext *ctx, const AttentionOptions &options) {
@@ -129,7 +133,7 @@ void keep_options(AutogradContext *ctx, const AttentionOptions &options) {
 Tensor or_undefined(const OptionalTensor &t) { return t.value_or(Tensor()); }
 OptionalTensor or_none(const Tensor &t) { return t.defined() ? OptionalTensor(t) : std::nullopt; }
 
-// Saves q, k, v, out, softmax_lse (and cu_seqlens): no seqlen^2 buffer.
+// Saves q, k, v, out, softmax_lse, rng_state (and cu_seqlens): no seqlen^2 buffer.
 struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
     static variable_list forward(AutogradContext *ctx, const Tensor &q, const Tensor &k, const Tensor &v,
                                  const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
@@ -137,10 +141,12 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         static const c10::OperatorHandle fwd_op = op_handle("flash_attn_cuda::fwd");
         const Stack outputs = call_op(fwd_op, options, q, k, v, cu_seqlens_q, cu_seqlens_k);
-        const Tensor out = outputs[0].toTensor(), softmax_lse = outputs[1].toTensor();
-        ctx->save_for_backward({q, k, v, out, softmax_lse, or_undefined(cu_seqlens_q), or_undefined(cu_seqlens_k)});
+        const Tensor out = outputs[0].toTensor(), softmax_lse = outputs[1].toTensor(),
+                     rng_state = outputs[2].toTensor();
+        ctx->save_for_backward(
+            {q, k, v, out, softmax_lse, or_undefined(cu_seqlens_q), or_undefined(cu_seqlens_k), rng_state});
         keep_options(ctx, options);
-        return {out, softmax_lse};
+        return {out, softmax_lse, rng_state, outputs[3].toTensor()};
     }
 
     // One gradient per forward argument (q, k, v, cu_seqlens_q, cu_seqlens_k, options); none at all
@@ -151,7 +157,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
             static const c10::OperatorHandle bwd_op = op_handle("flash_attn_cuda::bwd");
             const variable_list saved = ctx->get_saved_variables();
             const Stack dqkv = call_op(bwd_op, AttentionOptions::saved(ctx), grads[0], saved[0], saved[1], saved[2],
-                                       saved[3], saved[4], or_none(saved[5]), or_none(saved[6]));
+                                       saved[3], saved[4], or_none(saved[5]), or_none(saved[6]), saved[7]);
             for (int i = 0; i < 3; ++i) {
                 input_grads[i] = dqkv[i].toTensor();
             }
@@ -160,7 +166,7 @@ struct AttentionFunction : torch::autograd::Function<AttentionFunction> {
     }
 };
 
-// Saves q (if given), the packed tensor, out and softmax_lse (and cu_seqlens).
+// Saves q (if given), the packed tensor, out, softmax_lse and rng_state (and cu_seqlens).
 struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFunction> {
     static variable_list forward(AutogradContext *ctx, const OptionalTensor &q, const Tensor &packed,
                                  const OptionalTensor &cu_seqlens_q, const OptionalTensor &cu_seqlens_k,
@@ -168,11 +174,12 @@ struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFuncti
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         static const c10::OperatorHandle fwd_op = op_handle("flash_attn_cuda::packed_fwd");
         const Stack outputs = call_op(fwd_op, options, q, packed, cu_seqlens_q, cu_seqlens_k);
-        const Tensor out = outputs[0].toTensor(), softmax_lse = outputs[1].toTensor();
-        ctx->save_for_backward(
-            {or_undefined(q), packed, out, softmax_lse, or_undefined(cu_seqlens_q), or_undefined(cu_seqlens_k)});
+        const Tensor out = outputs[0].toTensor(), softmax_lse = outputs[1].toTensor(),
+                     rng_state = outputs[2].toTensor();
+        ctx->save_for_backward({or_undefined(q), packed, out, softmax_lse, or_undefined(cu_seqlens_q),
+                                or_undefined(cu_seqlens_k), rng_state});
         keep_options(ctx, options);
-        return {out, softmax_lse};
+        return {out, softmax_lse, rng_state, outputs[3].toTensor()};
     }
 
     // Gradients for (q, packed, cu_seqlens_q, cu_seqlens_k, options).
@@ -182,7 +189,8 @@ struct PackedAttentionFunction : torch::autograd::Function<PackedAttentionFuncti
             static const c10::OperatorHandle bwd_op = op_handle("flash_attn_cuda::packed_bwd");
             const variable_list saved = ctx->get_saved_variables();
             const Stack grads_out = call_op(bwd_op, AttentionOptions::saved(ctx), grads[0], or_none(saved[0]),
-                                            saved[1], saved[2], saved[3], or_none(saved[4]), or_none(saved[5]));
+                                            saved[1], saved[2], saved[3], or_none(saved[4]), or_none(saved[5]),
+                                            saved[6]);
             if (saved[0].defined()) {
                 input_grads[0] = grads_out[0].toTensor();
             }
@@ -196,7 +204,7 @@ void fwd_autograd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack
     const auto [t, options] = boxed_args(*stack, 5);
     const variable_list outputs = AttentionFunction::apply(t[0].toTensor(), t[1].toTensor(), t[2].toTensor(),
                                                            t[3].toOptional<Tensor>(), t[4].toOptional<Tensor>(), options);
-    set_outputs(*stack, 5, outputs[0], outputs[1].detach());
+    set_outputs(*stack, 5, outputs[0], outputs[1].detach(), outputs[2].detach(), outputs[3].detach());
 }
 
 void packed_fwd_autograd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
@@ -204,7 +212,7 @@ void packed_fwd_autograd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack
     const variable_list outputs = PackedAttentionFunction::apply(t[0].toOptional<Tensor>(), t[1].toTensor(),
                                                                  t[2].toOptional<Tensor>(), t[3].toOptional<Tensor>(),
                                                                  options);
-    set_outputs(*stack, 4, outputs[0], outputs[1].detach());
+    set_outputs(*stack, 4, outputs[0], outputs[1].detach(), outputs[2].detach(), outputs[3].detach());
 }
 
 std::string schema(const char *head, const char *returns) {
@@ -228,18 +236,22 @@ void impl_kernels(torch::Library &m) {
 TORCH_LIBRARY(flash_attn_cuda, m) {
     // Where torch looks for the fake implementations when an op is traced before _extension.load().
     m.set_python_module("flash_attn_cuda.fake_ops");
+    // The forwards draw from torch's CUDA generator when dropout is on: not to be deduplicated.
+    const std::vector<at::Tag> seeded{at::Tag::nondeterministic_seeded};
     m.def(schema("fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, ",
-                 "(Tensor out, Tensor softmax_lse)")
-              .c_str());
+                 "(Tensor out, Tensor softmax_lse, Tensor rng_state, Tensor s_dmask)")
+              .c_str(),
+          seeded);
     m.def(schema("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
-                 "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, ",
+                 "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? rng_state, ",
                  "(Tensor dq, Tensor dk, Tensor dv)")
               .c_str());
     m.def(schema("packed_fwd(Tensor? q, Tensor packed, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, ",
-                 "(Tensor out, Tensor softmax_lse)")
-              .c_str());
+                 "(Tensor out, Tensor softmax_lse, Tensor rng_state, Tensor s_dmask)")
+              .c_str(),
+          seeded);
     m.def(schema("packed_bwd(Tensor dout, Tensor? q, Tensor packed, Tensor out, Tensor softmax_lse, "
-                 "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, ",
+                 "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? rng_state, ",
                  "(Tensor dq, Tensor dpacked)")
               .c_str());
 }

@@ -4,6 +4,16 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+// The seed and offset of the Philox generator behind dropout (common/dropout.h), as torch's CUDA
+// generator hands them out: values, or, when from_device, pointers read when the kernel runs (CUDA
+// graph capture, where each replay advances them) plus offset_intragraph.
+struct PhiloxSeed {
+    uint64_t seed, offset;
+    const int64_t *seed_ptr, *offset_ptr;
+    uint64_t offset_intragraph;
+    bool from_device;
+};
+
 // A side of the attention window with no bound (params window_left / window_right; common/mask.h).
 inline constexpr int kWindowUnbounded = 1 << 30;
 
@@ -50,6 +60,21 @@ struct Flash_fwd_params {
     float softmax_scale;
     // softmax_scale * log2(e): the kernels exponentiate with exp2.
     float softmax_scale_log2;
+
+    // Dropout with probability p_dropout (0: off) on the normalized P (common/dropout.h): an entry
+    // is kept iff its 16-bit random number is below dropout_keep_below (round((1 - p) 2^16)), kept
+    // ones scaled by dropout_scale = 1 / (1 - p).
+    float p_dropout;
+    uint32_t dropout_keep_below;
+    float dropout_scale;
+    PhiloxSeed philox;
+    // The forward writes the (seed, offset) it used here (int64 x 2), for the backward.
+    int64_t *__restrict__ rng_state_ptr;
+    // return_attn_probs with dropout: P~ = exp(S - running max) of every visited tile written here,
+    // negated where dropped (flash-attn's encoding), in q's dtype, (batch, nheads, rows, cols) with
+    // the strides below (rows and cols: seqlen_q and seqlen_k rounded up to 128); else null.
+    void *__restrict__ s_dmask_ptr;
+    int64_t s_dmask_batch_stride, s_dmask_head_stride, s_dmask_row_stride;
 };
 
 // The backward pass reads q, k, v, o (Flash_fwd_params) and the forward's logsumexp.
@@ -97,3 +122,5 @@ struct BwdWorkspace {
 inline bool has_score_mod(const Flash_fwd_params &params) {
     return params.softcap > 0.f || params.alibi_slopes_ptr != nullptr;
 }
+
+inline bool has_dropout(const Flash_fwd_params &params) { return params.p_dropout > 0.f; }

@@ -72,15 +72,16 @@ struct OnlineSoftmax {
 
     // Lines 12-13: O <- diag(l)^-1 O and L = m * scale + log(l), o a (rows, cols) view of the
     // accumulator. Returns L per row; a row with no visible key gets O = 0 and L = +inf (then
-    // exp(S - L) = 0 in the backward pass).
+    // exp(S - L) = 0 in the backward pass). o_scale multiplies O too (dropout's 1 / (1 - p)).
     template <class O>
-    __device__ Tensor<ArrayEngine<float, kRows>, Layout<Shape<Int<kRows>>>> finalize(O &&o, float softmax_scale) {
+    __device__ Tensor<ArrayEngine<float, kRows>, Layout<Shape<Int<kRows>>>> finalize(O &&o, float softmax_scale,
+                                                                                      float o_scale = 1.f) {
         Tensor<ArrayEngine<float, kRows>, Layout<Shape<Int<kRows>>>> lse;
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
             const float sum = quad_allreduce(row_sum(r), SumOp{});
             const bool empty = sum == 0.f || sum != sum;
-            const float inv_sum = empty ? 1.f : 1.f / sum;
+            const float inv_sum = empty ? 1.f : o_scale / sum;
             lse(r) = empty ? INFINITY : row_max(r) * softmax_scale + logf(sum);
             CUTE_UNROLL
             for (int c = 0; c < size<1>(o); ++c) {

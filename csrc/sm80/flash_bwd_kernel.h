@@ -10,11 +10,13 @@
 
 #include "common/block_info.h"
 #include "common/block_range.h"
+#include "common/dropout.h"
 #include "common/flash.h"
 #include "common/mask.h"
 #include "common/score_mod.h"
 #include "sm80/block_semaphore.h"
 #include "sm80/dq_accum.h"
+#include "sm80/dropout_bits.h"
 #include "sm80/utils.h"
 
 namespace flash {
@@ -47,6 +49,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     // others (above the causal diagonal, outside the window) are skipped whole.
     const BlockRange m_blocks = q_block_range(mask, col0, kBlockM, kBlockN, binfo.seqlen_q);
     const ScoreMod score_mod(params, bidb, bidh, binfo.causal_shift());
+    // Dropout is a runtime switch here: the backward's other work hides its cost better than the
+    // forward's, and a compile-time one would double the slowest instantiations to build.
+    const bool dropout_on = params.p_dropout > 0.f;
+    uint64_t seed = 0, offset = 0;
+    if (dropout_on) {
+        dropout_seed_offset(params.philox, seed, offset);
+    }
+    const DropoutRng dropout(params, seed, offset, bidb, bidh);
     const int m_block_min = m_blocks.begin, m_block_max = m_blocks.end;
 
     // Algorithm 2 lines 1-3: the blocks of Q, dO (over i), K_j, V_j, dK_j, dV_j and dQ (fp32).
@@ -207,6 +217,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         gemm_ss(mma_sdp, acc_dp, tdPrdO, tdPrV,
                 smem_thr_copy_sdp_a.partition_S(stage_tensor(smem_do, stage, LayoutQdO{})), tdPsV, smem_copy_sdp_a,
                 smem_copy_sdp_b);
+        // With dropout (mask Z, scale z = 1 / (1 - p)) the forward's output was (z Z o P) V: dV takes
+        // z Z o P, and dS = P o (z Z o dP - D), D = rowsum(dO o O) being unchanged.
+        uint32_t keep[(decltype(size(acc_s))::value + 31) / 32];
+        if (dropout_on) {
+            dropout_keep_bits<kBlockN>(dropout, tScS, row0, col0, keep);
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_dp); ++i) {
+                acc_dp(i) = is_kept(keep, i) ? acc_dp(i) * params.dropout_scale : 0.f;
+            }
+        }
         // Line 11: P = exp(S - L); line 14: dS = P o (dP - D).
         const bool masked = mask.needed(row0, col0, kBlockM, kBlockN);
         Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
@@ -239,6 +259,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
                     s(r, c) = p;
                     dp(r, c) = p * (dp(r, c) - d_rows[r]);
                 }
+            }
+        }
+        if (dropout_on) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_s); ++i) {
+                acc_s(i) = is_kept(keep, i) ? acc_s(i) * params.dropout_scale : 0.f;
             }
         }
         Tensor rP = convert_type<Element>(acc_s);

@@ -8,10 +8,12 @@
 
 #include "common/block_info.h"
 #include "common/block_range.h"
+#include "common/dropout.h"
 #include "common/flash.h"
 #include "common/mask.h"
 #include "common/score_mod.h"
 #include "common/softmax.h"
+#include "sm80/dropout_bits.h"
 #include "sm80/utils.h"
 
 namespace flash {
@@ -20,12 +22,17 @@ using namespace cute;
 
 // kScoreMod: softcap and ALiBi (common/score_mod.h) on; a compile-time switch because a runtime
 // one kept their registers live in the kernels without them (d=128 spills 100 -> 300 bytes).
-template <typename Traits, bool kIsCausal, bool kScoreMod>
+// Dropout (common/dropout.h) likewise, compiled only with kScoreMod; writing the probabilities
+// (return_attn_probs) is a kernel of its own, as it cost the dropout kernel spills.
+enum class FwdDropout { kOff, kOn, kOnWithProbs };
+
+template <typename Traits, bool kIsCausal, bool kScoreMod, FwdDropout kDropoutMode>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ Flash_fwd_params params) {
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr bool kDropout = kDropoutMode != FwdDropout::kOff;
 
     extern __shared__ __align__(128) char smem[];
 
@@ -36,6 +43,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     const int bidh_k = bidh / (params.num_heads / params.num_heads_k);
     const int tidx = threadIdx.x;
 
+    uint64_t seed = 0, offset = 0;
+    if constexpr (kDropout) {
+        dropout_seed_offset(params.philox, seed, offset);
+        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tidx == 0) {
+            params.rng_state_ptr[0] = int64_t(seed);
+            params.rng_state_ptr[1] = int64_t(offset);
+        }
+    }
+
     const BlockInfo binfo(params, bidb);
     const int row0 = m_block * kBlockM;
     if (row0 >= binfo.seqlen_q) {
@@ -44,6 +60,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
     const BlockRange n_blocks = kv_block_range(mask, row0, kBlockM, kBlockN);
     const ScoreMod score_mod(params, bidb, bidh, binfo.causal_shift());
+    const DropoutRng dropout(params, seed, offset, bidb, bidh);
+    Element *s_dmask = kDropoutMode == FwdDropout::kOnWithProbs
+                           ? reinterpret_cast<Element *>(params.s_dmask_ptr) + bidb * params.s_dmask_batch_stride +
+                                 bidh * params.s_dmask_head_stride
+                           : nullptr;
 
     // Algorithm 1 lines 1-2: this block's Q_i and O_i, and all K_j, V_j of its (batch, head).
     auto tile_qo = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -119,7 +140,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         // Line 8: S = Q K_j^T.
         gemm_ss(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_copy_q, smem_copy_k);
         if constexpr (kScoreMod) {
-            score_mod.apply(acc_s, tScS, row0, col0);
+            if (score_mod.active()) {
+                score_mod.apply(acc_s, tScS, row0, col0);
+            }
         }
         if constexpr (decltype(masked)::value) {
             mask.apply(acc_s, tScS, row0, col0);
@@ -135,6 +158,25 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         // Lines 9-10: online softmax, then O += P~ V_j with P~ kept in registers.
         softmax.update(make_tensor(acc_s.data(), rowcol(acc_s.layout())), make_tensor(acc_o.data(), rowcol(acc_o.layout())),
                        kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
+        if constexpr (kDropout) {
+            // The row sums above are of P~ before dropout: dropout acts on the normalized P.
+            uint32_t keep[(decltype(size(acc_s))::value + 31) / 32];
+            dropout_keep_bits<kBlockN>(dropout, tScS, row0, col0, keep);
+            if constexpr (kDropoutMode == FwdDropout::kOnWithProbs) {
+                // 32-bit offsets in the tile (the API keeps kBlockM rows of S_dmask below 2^31 entries).
+                Element *tile = s_dmask + row0 * params.s_dmask_row_stride + col0;
+                const int row_stride = int(params.s_dmask_row_stride);
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_s); ++i) {
+                    const float p = is_kept(keep, i) ? acc_s(i) : -acc_s(i);
+                    tile[get<0>(tScS(i)) * row_stride + get<1>(tScS(i))] = Element(p);
+                }
+            }
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_s); ++i) {
+                acc_s(i) = is_kept(keep, i) ? acc_s(i) : 0.f;
+            }
+        }
         Tensor rP = convert_type<Element>(acc_s);
         Tensor tOrP = make_tensor(rP.data(), acc_as_operand_a(rP.layout()));
         gemm_rs(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, smem_copy_v);
@@ -166,7 +208,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
     // Lines 12-13.
     Tensor lse = softmax.finalize(make_tensor(acc_o.data(), rowcol(acc_o.layout())),
-                                  kScoreMod ? score_mod.score_scale : params.softmax_scale);
+                                  kScoreMod ? score_mod.score_scale : params.softmax_scale,
+                                  kDropout ? params.dropout_scale : 1.f);
 
     // Lines 14-15. O goes through shared memory (Q's, unread since the last barrier) so that the
     // global stores are 16 bytes wide.

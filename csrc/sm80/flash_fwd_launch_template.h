@@ -11,18 +11,18 @@
 
 namespace flash::sm80 {
 
-template <typename Element, int kHeadDim, bool kIsCausal>
-using FwdTraitsFor = FwdKernelTraits<kHeadDim, fwd_tile_config(kHeadDim, kIsCausal).block_m,
-                                     fwd_tile_config(kHeadDim, kIsCausal).block_n,
-                                     fwd_tile_config(kHeadDim, kIsCausal).num_warps, Element>;
+template <typename Element, int kHeadDim, bool kIsCausal, bool kDropout = false>
+using FwdTraitsFor = FwdKernelTraits<kHeadDim, fwd_tile_config(kHeadDim, kIsCausal, kDropout).block_m,
+                                     fwd_tile_config(kHeadDim, kIsCausal, kDropout).block_n,
+                                     fwd_tile_config(kHeadDim, kIsCausal, kDropout).num_warps, Element>;
 
 // Errors (a kernel image missing for this GPU, too much shared memory) are left in
 // cudaGetLastError() for the caller to report.
-template <typename Traits, bool kIsCausal, bool kScoreMod>
+template <typename Traits, bool kIsCausal, bool kScoreMod, FwdDropout kDropout = FwdDropout::kOff>
 void launch_fwd(Flash_fwd_params &params, cudaStream_t stream) {
     const dim3 grid(cute::ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.num_heads);
     constexpr int kSmemSize = Traits::kSmemSize;
-    auto kernel = &flash::flash_fwd_kernel<Traits, kIsCausal, kScoreMod>;
+    auto kernel = &flash::flash_fwd_kernel<Traits, kIsCausal, kScoreMod, kDropout>;
     if (kSmemSize >= 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemSize) != cudaSuccess) {
         return;
@@ -33,7 +33,15 @@ void launch_fwd(Flash_fwd_params &params, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_(Flash_fwd_params &params, cudaStream_t stream) {
     using Traits = FwdTraitsFor<Element, kHeadDim, kIsCausal>;
-    if (has_score_mod(params)) {
+    // Dropout comes with the score modification compiled in: it costs more than their tests.
+    using DropoutTraits = FwdTraitsFor<Element, kHeadDim, kIsCausal, true>;
+    if (has_dropout(params)) {
+        if (params.s_dmask_ptr != nullptr) {
+            launch_fwd<DropoutTraits, kIsCausal, true, FwdDropout::kOnWithProbs>(params, stream);
+        } else {
+            launch_fwd<DropoutTraits, kIsCausal, true, FwdDropout::kOn>(params, stream);
+        }
+    } else if (has_score_mod(params)) {
         launch_fwd<Traits, kIsCausal, true>(params, stream);
     } else {
         launch_fwd<Traits, kIsCausal, false>(params, stream);

@@ -14,7 +14,12 @@ struct FwdTileConfig {
 // behind each entry are in benchmarks/NOTES.md. sm_8x uses the same table: no A100 was available
 // to tune on. The d=128 entry (212 bytes) and d=64 non-causal (180 bytes) spill (ptxas -v) and are
 // still the fastest shapes; the others compile without spills.
-constexpr FwdTileConfig fwd_tile_config(int head_dim, bool causal) {
+constexpr FwdTileConfig fwd_tile_config(int head_dim, bool causal, bool dropout = false) {
+    if (dropout) {
+        // The dropout kernel holds the mask bits and the Philox state on top: with 128 rows of Q
+        // the d=128 kernel spilled 1.1 KB (ptxas -v), with 64 none.
+        return head_dim <= 64 ? FwdTileConfig{64, 128, 4} : FwdTileConfig{64, 64, 4};
+    }
     switch (head_dim) {
         case 64:
             // Non-causal: 128x128 beats 128x64 (both 4 warps) at every length, by 13% at 512 and

@@ -7,8 +7,11 @@
 namespace flash::sm90 {
 
 // Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
-// family: a TMA descriptor cannot describe them.
+// family: a TMA descriptor cannot describe them. So does dropout, which this family does not have.
 bool supports_fwd(const Flash_fwd_params &params) {
+    if (has_dropout(params)) {
+        return false;
+    }
     const bool varlen = params.cu_seqlens_q != nullptr;
     const int rows_q = varlen ? params.total_q : params.seqlen_q, rows_k = varlen ? params.total_k : params.seqlen_k;
     auto describable = [](int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; };

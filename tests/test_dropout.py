@@ -1,0 +1,252 @@
+"""Dropout (flash-attn 2.x semantics) on the FA2 family, forward and backward (GPU): the mask the
+kernels draw against the plain-torch Philox (flash_attn_cuda.dropout), the outputs and gradients
+against the float32 reference with the mask recovered from return_attn_probs, the mask's
+statistics, reproducibility from torch's generator, CUDA graph replay, torch.compile."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from flash_attn_cuda import _extension, flash_attn_func, flash_attn_varlen_func
+from flash_attn_cuda.dropout import dropout_mask, kept_from_probs
+from flash_attn_cuda.interface import _get_block_size_n
+from flash_attn_cuda.reference import attention_ref
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+
+def random_dout(q, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
+
+
+def visible(seqlen_q, seqlen_k, causal, window=(-1, -1)):
+    """(seqlen_q, seqlen_k) True where query row i sees key j (the kernels' tiles cover these)."""
+    offset = torch.arange(seqlen_k).view(1, -1) - torch.arange(seqlen_q).view(-1, 1) - (seqlen_k - seqlen_q)
+    left, right = window[0], 0 if causal else window[1]
+    seen = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
+    if right >= 0:
+        seen &= offset <= right
+    if left >= 0:
+        seen &= offset >= -left
+    return seen.cuda()
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (203, 113), (256, 256)])
+def test_kernel_mask_is_the_philox_mask(head_dim, causal, seqlen_q, seqlen_k):
+    """The signs of return_attn_probs equal the plain-torch Philox mask of the (seed, offset) the
+    forward returns, on every entry the kernel visits."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 3, 3, head_dim, dtype, seed=head_dim + seqlen_q)
+    options = (0, 0, 1 / math.sqrt(head_dim), causal, -1, -1, 0.0, None, False, 0.3, True)
+    _, _, rng_state, s_dmask = _extension.ops().fwd(q, k, v, None, None, *options)
+    seed, offset = rng_state.tolist()
+    expected = dropout_mask(seed, offset, 2, 3, seqlen_q, seqlen_k, 0.3, device="cuda")
+    seen = visible(seqlen_q, seqlen_k, causal)
+    got = kept_from_probs(s_dmask, seqlen_q, seqlen_k)
+    assert torch.equal(got[..., seen], expected[..., seen])
+
+
+def check_against_reference(q, k, v, dout, dropout_p, **variant):
+    """Forward and backward with dropout against the float32 reference given the kernel's mask
+    (from return_attn_probs), each within the numerics rule."""
+    poison_allocator()
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse, s_dmask = flash_attn_func(*leaves, dropout_p=dropout_p, return_attn_probs=True, **variant)
+    grads = torch.autograd.grad(out, leaves, dout)
+    kept = kept_from_probs(s_dmask, q.shape[1], k.shape[1])
+    for upcast, name in ((True, "ref"), (False, "pt")):
+        inputs = [(t.detach().float() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
+        o, l = attention_ref(*inputs, upcast=upcast, dropout_p=dropout_p, dropout_mask=kept, **variant)
+        g = torch.autograd.grad(o, inputs, dout.to(o.dtype))
+        if upcast:
+            ref_out, ref_lse, ref_grads = o, l, g
+        else:
+            pt_out, pt_grads = o, g
+    assert_within_rule("out", out, ref_out, pt_out)
+    finite = ref_lse.isfinite()
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=1e-3)
+    for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, ref_grads, pt_grads):
+        assert_within_rule(name, g, g_ref, g_pt)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 129), (113, 203), (203, 113), (512, 512)])
+@pytest.mark.parametrize("dropout_p", [0.17, 0.5])
+def test_dropout_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k, dropout_p):
+    skip_unbuilt(head_dim, dtype)
+    seed = seqlen_q + 3 * seqlen_k + head_dim
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 2, head_dim, dtype, seed=seed)
+    check_against_reference(q, k, v, random_dout(q, seed + 1), dropout_p, causal=causal)
+
+
+@pytest.mark.parametrize("variant", [{"window_size": (64, 32)}, {"softcap": 20.0, "causal": True},
+                                     {"window_size": (100, 0), "softcap": 5.0}])
+def test_dropout_with_other_variants(variant):
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 300, 257, 4, 4, head_dim, dtype, seed=5)
+    check_against_reference(q, k, v, random_dout(q, 6), 0.2, **variant)
+
+
+def test_dropout_with_alibi():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 200, 200, 4, 4, head_dim, dtype, seed=8)
+    slopes = torch.rand(2, 4, device="cuda") * 0.2
+    check_against_reference(q, k, v, random_dout(q, 9), 0.25, causal=True, alibi_slopes=slopes)
+
+
+def test_kept_fraction_within_four_sigma():
+    dtype, head_dim, p = torch.bfloat16, 64, 0.3
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 1024, 1024, 4, 4, head_dim, dtype, seed=3)
+    _, _, s_dmask = flash_attn_func(q, k, v, dropout_p=p, return_attn_probs=True)
+    kept = kept_from_probs(s_dmask, 1024, 1024)
+    sigma = (p * (1 - p) / kept.numel()) ** 0.5
+    assert abs(kept.float().mean().item() - (1 - p)) < 4 * sigma
+
+
+def test_probabilities_decode_as_flash_attn_does():
+    """|S_dmask| block by block (blocks of _get_block_size_n keys, the running max over this and the
+    later blocks) normalizes to the attention probabilities, as flash-attn's tests decode them."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    for causal in (False, True):
+        q, k, v = random_qkv(1, 150, 300, 2, 2, head_dim, dtype, seed=11)
+        _, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=0.1, causal=causal, return_attn_probs=True)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(head_dim)
+        seen = visible(150, 300, causal)
+        scores = scores.masked_fill(~seen, float("-inf"))
+        block_n = _get_block_size_n(q.device, head_dim, True, causal)
+        block_max = torch.stack([s.amax(-1) for s in scores.split(block_n, dim=-1)], dim=-1)
+        running_max = block_max.flip(-1).cummax(-1).values.flip(-1)
+        unnorm = s_dmask[:, :, :150, :300].abs().float()
+        probs = torch.cat([a * torch.exp(m.unsqueeze(-1) - lse.unsqueeze(-1))
+                           for a, m in zip(unnorm.split(block_n, dim=-1), running_max.unbind(-1))], dim=-1)
+        expected = torch.softmax(scores, dim=-1)
+        torch.testing.assert_close(probs, expected, atol=2e-3, rtol=1e-2)
+
+
+def test_same_seed_same_output_and_fresh_masks_otherwise():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 256, 256, 4, 4, head_dim, dtype, seed=1)
+    torch.manual_seed(123)
+    first = flash_attn_func(q, k, v, dropout_p=0.4)
+    second = flash_attn_func(q, k, v, dropout_p=0.4)
+    torch.manual_seed(123)
+    again = flash_attn_func(q, k, v, dropout_p=0.4)
+    assert torch.equal(first, again)
+    assert not torch.equal(first, second)
+
+
+def test_backward_regenerates_the_forward_mask_after_other_draws():
+    """The backward uses the forward's saved (seed, offset), not the generator's state at backward
+    time: drawing in between changes nothing."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 200, 200, 2, 2, head_dim, dtype, seed=2)
+    dout = random_dout(q, 3)
+    grads = []
+    for draws_between in (False, True):
+        torch.manual_seed(7)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_func(*leaves, dropout_p=0.3, deterministic=True)
+        if draws_between:
+            torch.rand(1000, device="cuda")
+            flash_attn_func(q, k, v, dropout_p=0.3)
+        grads.append(torch.autograd.grad(out, leaves, dout))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+def test_cuda_graph_replays_draw_fresh_masks():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 256, 256, 2, 2, head_dim, dtype, seed=4)
+    flash_attn_func(q, k, v, dropout_p=0.5)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attn_func(q, k, v, dropout_p=0.5)
+    replays = []
+    for _ in range(2):
+        graph.replay()
+        replays.append(out.clone())
+    torch.cuda.synchronize()
+    assert not torch.equal(replays[0], replays[1])
+    # Each replay is still a dropout of the same attention: equal where both kept everything.
+    assert torch.isfinite(replays[0]).all() and torch.isfinite(replays[1]).all()
+
+
+def test_compiled_dropout_traces_and_draws():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 128, 128, 2, 2, head_dim, dtype, seed=5))
+
+    @torch.compile(fullgraph=True)
+    def loss(q, k, v):
+        return flash_attn_func(q, k, v, dropout_p=0.3, causal=True).float().sum()
+
+    first, second = loss(q, k, v), loss(q, k, v)
+    assert first.item() != second.item()
+    first.backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_varlen_dropout_matches_reference_per_sequence():
+    dtype, head_dim, p = torch.bfloat16, 64, 0.2
+    skip_unbuilt(head_dim, dtype)
+    lengths = [70, 0, 129, 33]
+    total = sum(lengths)
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    q, k, v = (torch.randn(total, 2, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    out, _, s_dmask = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=p, causal=True,
+                                             return_attn_probs=True)
+    assert s_dmask.shape == (len(lengths), 2, 256, 256)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue
+        rows = slice(cu[b].item(), cu[b + 1].item())
+        kept = kept_from_probs(s_dmask[b : b + 1], n, n)
+        args = [t[rows][None] for t in (q, k, v)]
+        o_ref, _ = attention_ref(*(t.float() for t in args), causal=True, dropout_p=p, dropout_mask=kept)
+        o_pt, _ = attention_ref(*args, causal=True, dropout_p=p, dropout_mask=kept, upcast=False)
+        assert_within_rule(f"out of sequence {b}", out[rows], o_ref[0], o_pt[0])
+
+
+def test_gqa_deterministic_dropout_is_bitwise_reproducible():
+    dtype, head_dim = torch.bfloat16, 128
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(2, 300, 300, 8, 2, head_dim, dtype, seed=13)
+    dout = random_dout(q, 14)
+    results = []
+    for _ in range(2):
+        torch.manual_seed(99)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_func(*leaves, dropout_p=0.1, causal=True, deterministic=True)
+        results.append((out, *torch.autograd.grad(out, leaves, dout)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dropout_p", [-0.1, 1.0, 1.5])
+def test_dropout_outside_unit_interval_raises(dropout_p):
+    q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        flash_attn_func(q, k, v, dropout_p=dropout_p)
+
+
+def test_without_dropout_attn_probs_are_none():
+    q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
+    skip_unbuilt(64, torch.bfloat16)
+    assert flash_attn_func(q, k, v, return_attn_probs=True)[2] is None

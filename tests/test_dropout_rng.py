@@ -1,0 +1,58 @@
+"""The plain-torch dropout mask (flash_attn_cuda.dropout) that the GPU tests compare the kernels'
+with: Philox4x32-10 against the published known-answer vectors, and the mask's statistics and
+layout rules (CPU)."""
+
+import pytest
+import torch
+
+from flash_attn_cuda.dropout import dropout_mask, keep_below, philox4x32_10
+from flash_attn_cuda.reference import attention_ref
+
+# Random123's known-answer vectors for philox4x32_10: (counter, key, output).
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize("counter,key,expected", KAT)
+def test_philox_known_answers(counter, key, expected):
+    out = philox4x32_10(tuple(torch.tensor([c], dtype=torch.int64) for c in counter), key)
+    assert tuple(o.item() for o in out) == expected
+
+
+@pytest.mark.parametrize("dropout_p", [0.1, 0.5, 0.9])
+def test_kept_fraction_within_four_sigma(dropout_p):
+    mask = dropout_mask(seed=1234, offset=4096, batch=2, nheads=3, seqlen_q=300, seqlen_k=517, dropout_p=dropout_p)
+    n = mask.numel()
+    sigma = (dropout_p * (1 - dropout_p) / n) ** 0.5
+    assert abs(mask.float().mean().item() - (1 - dropout_p)) < 4 * sigma
+
+
+def test_mask_is_a_function_of_position_not_of_shape():
+    """An entry's bits depend on (batch, head, row, key, seed, offset) only: a larger problem holds
+    the smaller one's mask in its corner; another offset or seed gives another mask."""
+    small = dropout_mask(7, 0, 1, 2, 40, 70, 0.5)
+    large = dropout_mask(7, 0, 1, 2, 100, 200, 0.5)
+    assert torch.equal(large[:, :, :40, :70], small)
+    assert not torch.equal(dropout_mask(7, 4 * 512, 1, 2, 40, 70, 0.5), small)
+    assert not torch.equal(dropout_mask(8, 0, 1, 2, 40, 70, 0.5), small)
+
+
+def test_keep_threshold():
+    assert keep_below(0.0) == 65536 and keep_below(0.5) == 32768 and keep_below(1 - 1e-9) == 1
+
+
+def test_reference_with_dropout_scales_kept_probabilities():
+    """With a mask keeping everything, dropout only scales the output by 1 / (1 - p)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 5, 2, 8, generator=gen) for _ in range(3))
+    out, lse = attention_ref(q, k, v)
+    kept = torch.ones(1, 2, 5, 5, dtype=torch.bool)
+    out_drop, lse_drop = attention_ref(q, k, v, dropout_p=0.2, dropout_mask=kept)
+    torch.testing.assert_close(out_drop, out / 0.8)
+    torch.testing.assert_close(lse_drop, lse)
+    none_kept = torch.zeros_like(kept)
+    assert attention_ref(q, k, v, dropout_p=0.2, dropout_mask=none_kept)[0].abs().max() == 0
