@@ -50,6 +50,11 @@ struct Flash_fwd_params {
     float softmax_scale;
     // softmax_scale * log2(e): the kernels exponentiate with exp2.
     float softmax_scale_log2;
+
+    // Global scratch memory of the size the serving family asked for (api/families.h,
+    // fwd_workspace_bytes), allocated by the API and initialized by the family's launcher on its
+    // stream; null when it asked for none.
+    void *__restrict__ fwd_workspace;
 };
 
 // The backward pass reads q, k, v, o (Flash_fwd_params) and the forward's logsumexp.
