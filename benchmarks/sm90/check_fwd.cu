@@ -10,7 +10,8 @@
 // Pass rule: O is poisoned with NaN before each call; a case passes when no output is NaN,
 // max|O - O_ref| <= tol * max|O_ref| (tol 2e-2 for bf16, 4e-3 for fp16: a few roundings of the
 // 16-bit P and O), and |lse - lse_ref| <= 1e-3 * max(1, |lse_ref|) with +inf where a row sees no
-// key. The 64 KB past the end of O and of lse must stay poisoned.
+// key. The 64 KB past the end of O and of lse must stay poisoned. The forward's workspace is
+// poisoned too: the launcher must initialize it (the causal kernels' tile counter).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "common/flash.h"
+#include "sm90/fwd_workspace.h"
 
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream);
@@ -358,6 +360,10 @@ static bool run_case(const Case &cs, cudaStream_t stream, uint64_t seed) {
     CUDA_CHECK(cudaMemcpy(d_cu_q, cu_q.data(), (batch + 1) * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_cu_k, cu_k.data(), (batch + 1) * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_seqs, seqs.data(), batch * sizeof(SeqDesc), cudaMemcpyHostToDevice));
+    void *workspace;
+    const size_t workspace_bytes = std::max<size_t>(flash::sm90::fwd_workspace_size(cs.causal), 1);
+    CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    CUDA_CHECK(cudaMemsetAsync(workspace, 0xff, workspace_bytes, stream));
 
     Flash_fwd_params p{};
     p.q_ptr = buf.q;
@@ -385,6 +391,7 @@ static bool run_case(const Case &cs, cudaStream_t stream, uint64_t seed) {
     p.window_right = cs.causal ? 0 : cs.window_right;
     p.softmax_scale = 1.f / std::sqrt(float(d));
     p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
+    p.fwd_workspace = workspace;
 
     run_fwd(cs.dtype, cs.causal, d, p, stream);
     const cudaError_t launch_err = cudaGetLastError();
@@ -429,13 +436,14 @@ static bool run_case(const Case &cs, cudaStream_t stream, uint64_t seed) {
                 launch_err == cudaSuccess ? "" : cudaGetErrorString(launch_err));
 
     for (void *ptr : {(void *)buf.q, (void *)buf.k, (void *)buf.v, (void *)buf.o, (void *)buf.lse, (void *)o_ref,
-                      (void *)lse_ref, (void *)d_res, (void *)d_cu_q, (void *)d_cu_k, (void *)d_seqs}) {
+                      (void *)lse_ref, (void *)d_res, (void *)d_cu_q, (void *)d_cu_k, (void *)d_seqs, workspace}) {
         CUDA_CHECK(cudaFree(ptr));
     }
     return ok;
 }
 
-// quick: the first dtype, non-causal, three lengths; only_head_dim: that head dim alone (0: all).
+// quick: the first dtype, three lengths (non-causal and causal, whose schedules differ: tile_queue.h);
+// only_head_dim: that head dim alone (0: all).
 static std::vector<Case> check_cases(bool quick, int only_head_dim) {
     std::vector<Case> cases;
     const std::vector<std::pair<int, int>> lengths =
@@ -468,13 +476,13 @@ static std::vector<Case> check_cases(bool quick, int only_head_dim) {
                                  {17, 0, 300, 1, 129, 1000, 64}, {17, 5, 300, 200, 0, 1000, 700}, true, 0});
                 cases.push_back({name("varlen GQA 8/2 padded rows b=3"), d, 8, 2, causal, dtype, {128, 255, 1},
                                  {500, 128, 1}, true, 8});
+                // Most tiles empty: a producer runs through them ahead of its consumers.
+                cases.push_back({name("varlen b=9 one long sequence among empty ones"), d, 4, 4, causal, dtype,
+                                 {0, 0, 0, 2000, 0, 0, 0, 0, 1}, {7, 0, 0, 2000, 0, 300, 0, 0, 1}, true, 0});
                 cases.push_back({name("window left 100 right 30 b=2 sq=1000 sk=1000"), d, 4, 4, causal, dtype,
                                  {1000, 1000}, {1000, 1000}, false, 0, 100, 30});
                 cases.push_back({name("window left 300 right 0 b=2 sq=200 sk=1000"), d, 4, 4, causal, dtype,
                                  {200, 200}, {1000, 1000}, false, 0, 300, 0});
-                if (quick) {
-                    break;
-                }
             }
             if (quick) {
                 break;
@@ -533,8 +541,11 @@ static int bench() {
                 }
                 CUDA_CHECK(cudaMalloc(&o, n * 2));
                 CUDA_CHECK(cudaMalloc(&lse, int64_t(batch) * heads * s * 4));
+                void *workspace;
+                CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(flash::sm90::fwd_workspace_size(causal), 1)));
                 Flash_fwd_params p{};
                 p.o_ptr = o;
+                p.fwd_workspace = workspace;
                 p.softmax_lse_ptr = lse;
                 p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(heads) * d;
                 p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
@@ -576,6 +587,7 @@ static int bench() {
                 }
                 CUDA_CHECK(cudaFree(o));
                 CUDA_CHECK(cudaFree(lse));
+                CUDA_CHECK(cudaFree(workspace));
             }
         }
     }

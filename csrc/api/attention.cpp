@@ -54,6 +54,12 @@ FwdOutputs mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Ten
         return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
     }
     const Family family = fwd_family(params, p.sm);
+    // Freed on return: the caching allocator hands it out again only in stream order after the kernel.
+    at::Tensor workspace;
+    if (const size_t bytes = fwd_workspace_bytes(family, params); bytes > 0) {
+        workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
+        params.fwd_workspace = workspace.data_ptr();
+    }
     check_launch(run_fwd(family, params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
     return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
 }

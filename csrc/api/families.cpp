@@ -44,6 +44,16 @@ Family fwd_family([[maybe_unused]] const Flash_fwd_params &params, [[maybe_unuse
     return Family::kSm80;
 }
 
+size_t fwd_workspace_bytes(Family family, [[maybe_unused]] const Flash_fwd_params &params) {
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (family == Family::kSm90) {
+        return flash::sm90::fwd_workspace_bytes(params);
+    }
+#endif
+    TORCH_INTERNAL_ASSERT(family == Family::kSm80);
+    return 0;  // the FA2 forward needs none
+}
+
 bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream) {
 #ifdef FLASH_ATTN_FAMILY_SM90
     if (family == Family::kSm90) {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ std::vector<std::string> built_families();
 // is built, the GPU is sm90 and it supports the problem, else the FA2 family. The environment
 // variable FLASH_ATTN_CUDA_FAMILY=sm80 forces the FA2 family (for comparisons, and as an escape hatch).
 Family fwd_family(const Flash_fwd_params &params, int sm);
+
+// Bytes of scratch memory the forward on family needs at params.fwd_workspace (0: none); the caller
+// allocates them on the device, the family initializes them on the launch stream.
+size_t fwd_workspace_bytes(Family family, const Flash_fwd_params &params);
 
 // Launches the forward on family; false if the build has no kernel for the params' element type
 // and head dim there.

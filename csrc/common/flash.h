@@ -75,6 +75,11 @@ struct Flash_fwd_params {
     // the strides below (rows and cols: seqlen_q and seqlen_k rounded up to 128); else null.
     void *__restrict__ s_dmask_ptr;
     int64_t s_dmask_batch_stride, s_dmask_head_stride, s_dmask_row_stride;
+
+    // Global scratch memory of the size the serving family asked for (api/families.h,
+    // fwd_workspace_bytes), allocated by the API and initialized by the family's launcher on its
+    // stream; null when it asked for none.
+    void *__restrict__ fwd_workspace;
 };
 
 // The backward pass reads q, k, v, o (Flash_fwd_params) and the forward's logsumexp.

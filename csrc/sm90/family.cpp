@@ -2,6 +2,7 @@
 #include "sm90/family.h"
 
 #include "common/dispatch.h"
+#include "sm90/fwd_workspace.h"
 #include "sm90/launch.h"
 
 namespace flash::sm90 {
@@ -23,6 +24,8 @@ bool supports_fwd(const Flash_fwd_params &params) {
         return dispatch_head_dim<FLASH_ATTN_SM90_HDIMS>(params.head_dim, []<int>() {});
     });
 }
+
+size_t fwd_workspace_bytes(const Flash_fwd_params &params) { return fwd_workspace_size(params.is_causal); }
 
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream) {
     return dispatch_element(params.is_bf16, [&]<typename Element>() {

@@ -11,6 +11,7 @@
 #include "common/softmax.h"
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
+#include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
 #include "sm90/wgmma_utils.h"
@@ -48,7 +49,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     int q_full_phase = 0;
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
-    for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
+    ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring);
+    for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
         if (work.empty()) {
             continue;

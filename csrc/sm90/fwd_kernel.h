@@ -41,6 +41,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (threadIdx.x == 0) {
         cutlass::arch::ClusterTransactionBarrier::init(&shared.q_full, 1);
         cutlass::arch::ClusterBarrier::init(&shared.q_free, Traits::kQFreeArrivals);
+        if constexpr (Traits::kDynamicTiles) {
+            shared.tile_ring.init(Traits::kNumConsumerThreads);
+        }
     }
     cutlass::arch::fence_barrier_init();
     __syncthreads();

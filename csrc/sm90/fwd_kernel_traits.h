@@ -9,6 +9,8 @@
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "sm90/tile_queue.h"
+
 namespace flash::sm90 {
 
 using namespace cute;
@@ -19,13 +21,15 @@ enum class FwdBarrier : uint32_t {
     kTurnOfWarpgroup0 = 1,  // warpgroup_turns.h: 1 and 2
 };
 
-template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+// kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h).
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kDynamicTiles_>
 struct FwdKernelTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockM = kBlockM_;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
+    static constexpr bool kDynamicTiles = kDynamicTiles_;
 
     // Warpgroup 0 loads (one thread issues the TMA copies); warpgroups 1.. compute 64 rows each.
     static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
@@ -89,6 +93,7 @@ struct FwdKernelTraits {
         typename PipelineKV::SharedStorage pipeline_v;
         uint64_t q_full;  // Q landed (TMA transaction barrier)
         uint64_t q_free;  // every consumer warpgroup is done with Q (and, without kSeparateO, with O)
+        std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");

@@ -11,15 +11,17 @@
 #include "sm90/fwd_kernel_traits.h"
 #include "sm90/fwd_params.h"
 #include "sm90/fwd_tile_config.h"
+#include "sm90/fwd_workspace.h"
 
 template <typename Element, int kHeadDim, bool kIsCausal>
 using Sm90FwdTraitsFor =
     flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kIsCausal).block_m,
                                  sm90_fwd_tile_config(kHeadDim, kIsCausal).block_n,
-                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).num_stages>;
+                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).num_stages,
+                                 flash::sm90::dynamic_tiles(kIsCausal)>;
 
 // Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()
-// for the caller to report.
+// for the caller to report. params.fwd_workspace: fwd_workspace_size(kIsCausal) bytes.
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     using Traits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal>;
@@ -43,6 +45,11 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
         cudaSuccess) {
         return;
+    }
+    if constexpr (Traits::kDynamicTiles) {
+        if (cudaMemsetAsync(params.fwd_workspace, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
+            return;
+        }
     }
     const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);

@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 
 #include "sm90/fwd_params.h"
+#include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 
 namespace flash::sm90 {
@@ -39,9 +40,11 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
     auto v_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
     int q_free_phase = 1;  // the first tile finds Q's buffer free
 
-    for (int64_t tile = blockIdx.x; tile < kp.scheduler.num_tiles; tile += gridDim.x) {
+    ProducerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, params);
+    for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
         if (work.empty()) {
+            tiles.claim();
             continue;
         }
         const TileCoord &tc = work.tc;
@@ -78,8 +81,13 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
         };
 
         // Blocks in the consumers' order, last to first. The first K goes out before Q, which
-        // waits until the previous tile is done with Q's buffer.
+        // waits until the previous tile is done with Q's buffer. The next tile is claimed just
+        // before the last block's loads (before Q's without a block): the waits for their stages
+        // hide the atomic's latency.
         int n_block = n_blocks.end - 1;
+        if (n_block <= n_blocks.begin) {
+            tiles.claim();
+        }
         if (n_block >= n_blocks.begin) {
             load_k(n_block);
         }
@@ -91,6 +99,9 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
             load_v(n_block);
         }
         for (--n_block; n_block >= n_blocks.begin; --n_block) {
+            if (n_block == n_blocks.begin) {
+                tiles.claim();
+            }
             load_k(n_block);
             load_v(n_block);
         }

@@ -1,5 +1,5 @@
-// Persistent tile order: each block (one per SM) takes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
-// The producer and the consumers walk the same sequence independently, so no tile index is shared.
+// The persistent grid's tile order: tile index -> (row block, head, batch). Which block takes
+// which index: tile_queue.h.
 #pragma once
 
 #include <algorithm>
