@@ -21,7 +21,8 @@ VOCAB = 512
 HEAD_DIM = 64
 WINDOW = 16
 COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=HEAD_DIM, pad_token_id=0,
+              num_key_value_heads=2, head_dim=HEAD_DIM,
+              pad_token_id=0, bos_token_id=None, eos_token_id=None,  # generate() runs max_new_tokens
               initializer_range=0.1)  # larger than the default, so that attention is far from uniform
 CONFIGS = {
     "llama": ("LlamaConfig", {}),
