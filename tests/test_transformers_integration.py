@@ -25,10 +25,15 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidd
               pad_token_id=0, bos_token_id=None, eos_token_id=None,  # generate() runs max_new_tokens
               initializer_range=0.1)  # larger than the default, so that attention is far from uniform
 CONFIGS = {
-    "llama": ("LlamaConfig", {}),
-    "qwen2": ("Qwen2Config", {}),
-    "mistral": ("MistralConfig", {"sliding_window": WINDOW}),
-    "gemma2": ("Gemma2Config", {"sliding_window": WINDOW, "attn_logit_softcapping": 2.0, "query_pre_attn_scalar": 32}),
+    "llama": ("LlamaConfig", COMMON),
+    "qwen2": ("Qwen2Config", COMMON),
+    "mistral": ("MistralConfig", {**COMMON, "sliding_window": WINDOW}),
+    "gemma2": ("Gemma2Config", {**COMMON, "sliding_window": WINDOW, "attn_logit_softcapping": 2.0,
+                                "query_pre_attn_scalar": 32}),
+    "bart": ("BartConfig", dict(vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2,
+                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
+                                decoder_ffn_dim=256, init_std=0.1, pad_token_id=0, bos_token_id=None,
+                                eos_token_id=None, forced_eos_token_id=None, decoder_start_token_id=2)),
 }
 MODELS = ["llama", "qwen2", "mistral"]
 
@@ -36,10 +41,11 @@ MODELS = ["llama", "qwen2", "mistral"]
 def tiny_models(kind, variants, device, seed=0):
     """{name: model} for variants {name: (attn_implementation, dtype)}: copies of one randomly
     initialized model."""
-    class_name, extra = CONFIGS[kind]
-    config = getattr(transformers, class_name)(**COMMON, **extra)
+    class_name, kwargs = CONFIGS[kind]
+    config = getattr(transformers, class_name)(**kwargs)
     torch.manual_seed(seed)
-    base = transformers.AutoModelForCausalLM.from_config(config)
+    auto = transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder else transformers.AutoModelForCausalLM
+    base = auto.from_config(config)
     models = {}
     for name, (attn, dtype) in variants.items():
         model = copy.deepcopy(base).to(device=device, dtype=dtype).eval()
@@ -199,8 +205,7 @@ def test_greedy_generate_matches_sdpa(stand_in, kind):
 
 
 def test_dropout_only_in_training(stand_in):
-    class_name, _ = CONFIGS["llama"]
-    config = getattr(transformers, class_name)(**COMMON, attention_dropout=0.25)
+    config = transformers.LlamaConfig(**COMMON, attention_dropout=0.25)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=backend.ATTN_IMPLEMENTATION)
     ids, _ = token_batch([8], 8, "left", "cpu")
     model.train()
@@ -224,6 +229,22 @@ def test_softcap_and_scaling_match_eager(stand_in):
     torch.testing.assert_close(logits["ours"][valid], logits["eager"][valid], rtol=1e-4, atol=1e-5)
     assert {(call[3]["softcap"], call[3]["softmax_scale"]) for call in stand_in} == {(2.0, 32**-0.5)}
     assert {call[3]["window_size"] for call in stand_in} == {(WINDOW - 1, 0), (-1, -1)}
+
+
+def test_encoder_decoder_matches_sdpa(stand_in):
+    """BART with a right-padded encoder batch: its self-attention unpads queries with keys, the
+    decoder's cross-attention (here as long as the encoder) keeps every decoder query."""
+    models = tiny_models("bart", {"ours": (backend.ATTN_IMPLEMENTATION, torch.float32),
+                                  "sdpa": ("sdpa", torch.float32)}, "cpu")
+    ids, mask = token_batch([20, 13], 20, "right", "cpu")
+    decoder_ids, _ = token_batch([20, 20], 20, "right", "cpu", seed=1)
+    with torch.no_grad():
+        logits = {name: model(ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+                  for name, model in models.items()}
+    torch.testing.assert_close(logits["ours"], logits["sdpa"], rtol=1e-4, atol=1e-5)
+    tokens = {name: model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+              for name, model in models.items()}
+    assert torch.equal(tokens["ours"], tokens["sdpa"])
 
 
 def test_what_the_backend_cannot_do_raises(stand_in):

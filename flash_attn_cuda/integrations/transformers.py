@@ -105,7 +105,11 @@ def _attend_padded(q, k, v, key_mask, options):
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k = key_mask.shape[1]
     k, v = k[:, :seqlen_k], v[:, :seqlen_k]  # a static cache's slots past the last token
-    (indices_q, cu_q, max_q), (indices_k, cu_k, max_k) = _padding_layouts(key_mask, seqlen_q)
+    # Causal (or windowed) self-attention's queries are its newest keys, and are unpadded with them,
+    # so that each sequence's bottom-right alignment holds. Otherwise every query row is kept: the
+    # mask may be an encoder's, seen from a decoder (cross-attention) whose tokens it says nothing of.
+    all_queries = not options["causal"] and options["window_size"] == (-1, -1)
+    (indices_q, cu_q, max_q), (indices_k, cu_k, max_k) = _padding_layouts(key_mask, seqlen_q, all_queries)
     out = flash_attn_varlen_func(
         index_first_axis(q.reshape(batch * seqlen_q, heads, head_dim), indices_q),
         index_first_axis(k.reshape(batch * seqlen_k, *k.shape[2:]), indices_k),
@@ -115,18 +119,22 @@ def _attend_padded(q, k, v, key_mask, options):
     return pad_input(out, indices_q, batch, seqlen_q)
 
 
-def _padding_layouts(key_mask, seqlen_q):
-    """((indices, cu_seqlens, max_seqlen) of the queries, the same of the keys). The queries are the
-    newest tokens: the last seqlen_q columns of the key mask. Reading max_seqlen syncs with the
-    device, so the layouts are kept on the mask, which every layer of one forward gets."""
+def _padding_layouts(key_mask, seqlen_q, all_queries):
+    """((indices, cu_seqlens, max_seqlen) of the queries, the same of the keys). The queries are
+    the last seqlen_q columns of the key mask, or all of them with all_queries. Reading max_seqlen
+    syncs with the device, so the layouts are kept on the mask, which every layer of one forward
+    gets."""
     version = None if key_mask.is_inference() else key_mask._version
     kept = getattr(key_mask, "_flash_attn_cuda_layouts", None)
-    if kept is None or kept[:2] != (version, seqlen_q):
+    if kept is None or kept[:3] != (version, seqlen_q, all_queries):
         keys = _layout(key_mask)
-        queries = keys if seqlen_q == key_mask.shape[1] else _layout(key_mask[:, -seqlen_q:])
-        kept = (version, seqlen_q, queries, keys)
+        if all_queries:
+            queries = _layout(key_mask.new_ones(key_mask.shape[0], seqlen_q))
+        else:
+            queries = keys if seqlen_q == key_mask.shape[1] else _layout(key_mask[:, -seqlen_q:])
+        kept = (version, seqlen_q, all_queries, queries, keys)
         key_mask._flash_attn_cuda_layouts = kept
-    return kept[2], kept[3]
+    return kept[3], kept[4]
 
 
 def _layout(mask):
