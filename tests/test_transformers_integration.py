@@ -257,6 +257,14 @@ def test_what_the_backend_cannot_do_raises(stand_in):
         backend.attention_forward(module, q, k, v, None, s_aux=torch.zeros(4))
 
 
+def test_a_model_s_own_mask_pattern_raises(stand_in):
+    """Gemma-3 with bidirectional attention adds its pattern through or_mask_function."""
+    config = transformers.Gemma3TextConfig(**COMMON, sliding_window=WINDOW, use_bidirectional_attention=True)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=backend.ATTN_IMPLEMENTATION)
+    with pytest.raises(NotImplementedError, match="mask pattern"):
+        model(token_batch([8], 8, "left", "cpu")[0])
+
+
 def test_padding_mask_holds_the_padding_of_the_keys():
     full = torch.ones(2, 10, dtype=torch.bool)
     assert backend.padding_mask(2, 10, 10, attention_mask=full) is None

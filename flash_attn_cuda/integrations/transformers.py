@@ -47,7 +47,14 @@ def padding_mask(batch_size=None, q_length=None, kv_length=None, q_offset=0, kv_
     attention_mask is the 2-D mask over every token seen so far; the keys are its columns
     [kv_offset, kv_offset + kv_length). A static cache holds more slots than tokens: the mask then
     stops at the last token, and attention_forward drops the keys past it. transformers passes
-    every argument by name (before 5.5 cache_position, not q_length and q_offset: neither is read)."""
+    every argument by name (before 5.5 cache_position, not q_length and q_offset: neither is read).
+    transformers asks for use_vmap where a model adds its own pattern to the mask (or_mask_function,
+    and_mask_function: image tokens, bidirectional overlays), which the kernels cannot apply."""
+    if kwargs.get("use_vmap"):
+        raise NotImplementedError(
+            "flash_attn_cuda's transformers backend cannot apply this model's own mask pattern "
+            "(or_mask_function / and_mask_function); use attn_implementation='sdpa' for it"
+        )
     if attention_mask is None:
         return None
     mask = attention_mask[:, int(kv_offset):int(kv_offset) + kv_length].bool()
