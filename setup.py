@@ -1,6 +1,7 @@
 """Builds flash_attn_cuda._C. Knobs (environment variables), all optional:
 
-FLASH_ATTN_CUDA_ARCHS  SASS to build, e.g. "80;90" (default) or "90"
+FLASH_ATTN_CUDA_ARCHS  SASS to build, e.g. "80;90" or "90" (default: the archs of this machine's
+                       GPUs, or "80;90" on a machine without one)
 FLASH_ATTN_HDIMS       kernel head dims, e.g. "64,128" (default: all)
 FLASH_ATTN_DTYPES      "fp16,bf16" (default) or one of them
 MAX_JOBS               parallel compile jobs (ninja)
@@ -19,18 +20,21 @@ ROOT = pathlib.Path(__file__).resolve().parent
 if "CUDA_HOME" not in os.environ and pathlib.Path("/usr/local/cuda/bin/nvcc").exists():
     os.environ["CUDA_HOME"] = "/usr/local/cuda"
 
+import torch  # noqa: E402
 from setuptools import find_packages, setup  # noqa: E402
+from torch.utils import cpp_extension  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("generate_kernels", ROOT / "csrc" / "generate_kernels.py")
+def _load_build_module(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "csrc" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-gen = _load_generator()
+gen = _load_build_module("generate_kernels")
+toolchain = _load_build_module("toolchain")
 
 
 def _knob_list(name, default):
@@ -41,13 +45,24 @@ def _knob_list(name, default):
 
 
 def _archs():
-    archs = []
-    for item in _knob_list("FLASH_ATTN_CUDA_ARCHS", ["80", "90"]):
-        item = item.lower().removeprefix("sm_").removeprefix("sm")
-        if not item.isdigit() or int(item) < 80:
-            sys.exit(f"FLASH_ATTN_CUDA_ARCHS: {item!r} is not an arch >= 80 (examples: 80, 86, 89, 90)")
-        archs.append(int(item))
-    return sorted(set(archs))
+    items = _knob_list("FLASH_ATTN_CUDA_ARCHS", [])
+    if not items:
+        capabilities = toolchain.gpu_capabilities()
+        archs = toolchain.archs_for_gpus(capabilities)
+        print(f"flash_attn_cuda: FLASH_ATTN_CUDA_ARCHS not set: building for {archs}, from the GPUs seen "
+              f"(compute capabilities {capabilities or 'none'})")
+        return archs
+    try:
+        return toolchain.parse_archs(items)
+    except ValueError as err:
+        sys.exit(str(err))
+
+
+def _check_cuda_toolkit():
+    cuda_home = cpp_extension.CUDA_HOME
+    error = toolchain.cuda_toolkit_error(cuda_home, toolchain.nvcc_release(cuda_home), torch.version.cuda)
+    if error:
+        sys.exit(error)
 
 
 def _hdims():
@@ -93,6 +108,7 @@ def _pip_cuda_include():
 
 def _extension():
     archs, hdims, dtypes = _archs(), _hdims(), _dtypes()
+    _check_cuda_toolkit()
     if gen.main(["--check"]) != 0:
         gen.main([])
     families = [f for f in gen.families_for(archs) if f.built_head_dims(hdims)]
@@ -108,9 +124,7 @@ def _extension():
         host_macros.append(f"-DFLASH_ATTN_{name.upper()}_HDIMS=" + ",".join(map(str, dims)))
         if name != "sm80":
             host_macros.append(f"-DFLASH_ATTN_FAMILY_{name.upper()}")
-    # sm_90a (not sm_90): the Hopper family's wgmma and setmaxnreg exist only there; the FA2 family
-    # runs the same on either.
-    gencode = [f"-gencode=arch=compute_{a}{'a' if a == 90 else ''},code=sm_{a}{'a' if a == 90 else ''}" for a in archs]
+    gencode = toolchain.gencode_flags(archs)
     nvcc_flags = [
         "-O3",
         "-std=c++17",

@@ -13,6 +13,14 @@ from flash_attn_cuda.head_dims import KERNEL_HEAD_DIMS, kernel_head_dim
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "csrc"))
 import generate_kernels  # noqa: E402
+import toolchain  # noqa: E402
+
+
+def run_setup_name(**env):
+    """`python setup.py --name` under these environment variables: what setup.py decides before any
+    compiling (the knobs, the toolkit checks)."""
+    return subprocess.run([sys.executable, "setup.py", "--name"], cwd=ROOT, env=dict(os.environ, **env),
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_instantiations_are_fresh():
@@ -49,12 +57,86 @@ def test_kernel_head_dim_rounds_up_to_the_next_kernel():
     ],
 )
 def test_bad_knob_fails_naming_it(knob, value, message):
-    env = dict(os.environ, **{knob: value})
-    proc = subprocess.run(
-        [sys.executable, "setup.py", "--name"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    proc = run_setup_name(**{knob: value})
     assert proc.returncode != 0
     assert message in proc.stderr
+
+
+def test_archs_knob_is_parsed():
+    assert toolchain.parse_archs(["90", "sm_80", "sm86", "80"]) == [80, 86, 90]
+    for bad in ("75", "sm_70", "abc", "9.0"):
+        with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_ARCHS"):
+            toolchain.parse_archs([bad])
+
+
+@pytest.mark.parametrize(
+    "capabilities,archs",
+    [
+        ([(9, 0)], [90]),
+        ([(8, 6)], [86]),
+        ([(8, 9), (8, 9)], [89]),
+        ([(8, 0), (9, 0)], [80, 90]),
+        ([(10, 0)], [100]),
+        ([], [80, 90]),
+        ([(7, 5)], [80, 90]),  # a GPU the kernels cannot run on: the default, for other machines
+    ],
+)
+def test_default_archs_are_the_gpus_or_80_and_90(capabilities, archs):
+    assert toolchain.archs_for_gpus(capabilities) == archs
+
+
+def test_90_is_built_as_sm_90a():
+    assert toolchain.gencode_flags([86, 90]) == [
+        "-gencode=arch=compute_86,code=sm_86",
+        "-gencode=arch=compute_90a,code=sm_90a",
+    ]
+
+
+def test_nvcc_release_is_parsed():
+    text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
+    assert toolchain.parse_nvcc_release(text) == "13.0"
+    assert toolchain.parse_nvcc_release("not nvcc") is None
+
+
+@pytest.mark.parametrize(
+    "cuda_home,nvcc,torch_cuda,message",
+    [
+        (None, None, "13.0", "CUDA_HOME"),
+        ("/opt/cuda", None, "13.0", "no working nvcc at /opt/cuda/bin/nvcc"),
+        ("/opt/cuda", "13.0", None, "CPU-only"),
+        ("/opt/cuda", "12.8", "13.0", "nvcc at /opt/cuda is CUDA 12.8, but torch was built with CUDA 13.0"),
+        ("/opt/cuda", "13.0", "12.8", "major versions must match"),
+    ],
+)
+def test_cuda_toolkit_errors(cuda_home, nvcc, torch_cuda, message):
+    assert message in toolchain.cuda_toolkit_error(cuda_home, nvcc, torch_cuda)
+
+
+def test_cuda_toolkit_of_the_same_major_passes():
+    assert toolchain.cuda_toolkit_error("/opt/cuda", "13.2", "13.0") is None
+
+
+def test_missing_nvcc_fails_with_a_message(tmp_path):
+    proc = run_setup_name(CUDA_HOME=str(tmp_path), FLASH_ATTN_CUDA_ARCHS="90")
+    assert proc.returncode != 0
+    assert f"no working nvcc at {tmp_path / 'bin' / 'nvcc'}" in proc.stderr
+
+
+def test_nvcc_of_another_cuda_major_fails_with_a_message(tmp_path):
+    import torch
+
+    torch_major = (torch.version.cuda or "0").split(".")[0]
+    other = "11.8" if torch_major != "11" else "12.4"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {other}, V{other}.0'\n")
+    nvcc.chmod(0o755)
+    proc = run_setup_name(CUDA_HOME=str(tmp_path), FLASH_ATTN_CUDA_ARCHS="90")
+    assert proc.returncode != 0
+    if torch.version.cuda is None:
+        assert "CPU-only" in proc.stderr
+    else:
+        assert f"is CUDA {other}, but torch was built with CUDA {torch.version.cuda}" in proc.stderr
 
 
 needs_extension = pytest.mark.skipif(not _extension.is_built(), reason="the extension is not built")

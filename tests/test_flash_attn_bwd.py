@@ -71,6 +71,18 @@ def test_backward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k)
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seqlen_k", [2, 113, 1000])
+def test_backward_single_query_causal_is_non_causal(dtype, head_dim, seqlen_k):
+    """causal=True with one query row: the gradients of the non-causal reference."""
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(3, 1, seqlen_k, 8, 2, head_dim, dtype, seed=seqlen_k)
+    dout = random_dout(q, seqlen_k + 1)
+    grads = flash_grads(q, k, v, dout, causal=True)
+    assert_grads_within_rule(grads, q, k, v, dout, causal=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("nheads_k", [2, 1])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_gqa_mqa(dtype, head_dim, nheads_k, causal):

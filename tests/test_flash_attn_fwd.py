@@ -67,6 +67,21 @@ def test_gqa_mqa(dtype, head_dim, nheads_k, causal):
     assert_numerics_rule(out, q, k, v, causal)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seqlen_k", [2, 113, 1000])
+def test_single_query_causal_is_non_causal(dtype, head_dim, seqlen_k):
+    """One query row sees every key under the bottom-right-aligned causal mask (a decoding step):
+    causal=True gives the non-causal reference, and bitwise the non-causal kernels' output."""
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(3, 1, seqlen_k, 8, 2, head_dim, dtype, seed=seqlen_k)
+    out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert_numerics_rule(out, q, k, v, causal=False)
+    assert_lse_close(lse, q, k, causal=False)
+    out_non_causal, lse_non_causal, _ = flash_attn_func(q, k, v, causal=False, return_attn_probs=True)
+    assert torch.equal(out, out_non_causal) and torch.equal(lse, lse_non_causal)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_poisoned_output_is_fully_written(seed, head_dim):

@@ -104,6 +104,21 @@ def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, len
 
 @pytest.mark.gpu
 @requires_gpu
+def test_varlen_single_queries_causal_is_non_causal(kernel_family):
+    """A decoding step over a padded batch (one query per sequence, max_seqlen_q = 1): causal=True
+    gives the non-causal reference of each sequence."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [1, 1, 1, 1], [2, 257, 1, 40]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 8, 2, head_dim, dtype, seed=3)
+    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal=False)
+    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal=True)
+    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
+        assert_within_rule(name, value, ref, pt)
+
+
+@pytest.mark.gpu
+@requires_gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_of_equal_lengths_equals_padded(causal):
     """The same tiles in the same order: bitwise equal outputs, lse and (deterministic) gradients."""
