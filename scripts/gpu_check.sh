@@ -9,7 +9,7 @@
 # layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal),
 # BENCH_VARIANTS="args" (benchmarks/benchmark_variants.py --json args), PROFILE="d:seqlen:causal ..."
 # (ncu on the forward of each problem, scripts/profile_fwd.py: speed of light, compute pipes, warp
-# states; the reports as text in $OUT/ncu.txt).
+# states, plus PROFILE_ARGS; the reports as text in $OUT/ncu.txt).
 # Results (the benchmarks' JSON files, tune.txt) go to $OUT (default ./gpu_out), the logs into
 # $OUT/logs.tgz, packed on exit: the device tool brings back at most 8 files from $OUT.
 set -uo pipefail
@@ -101,7 +101,7 @@ if [ -n "${PROFILE:-}" ]; then
         echo "=== forward d=$d seqlen=$s causal=$c" >> "$OUT/ncu.txt"
         timeout 300 ncu --kernel-name regex:flash_fwd --launch-skip 1 --launch-count 1 \
             --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
-            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+            --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats ${PROFILE_ARGS:-} \
             python3 scripts/profile_fwd.py "$d" "$s" "$c" >> "$OUT/ncu.txt" 2>&1 || failed=1
     done
 fi
