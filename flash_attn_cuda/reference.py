@@ -36,31 +36,41 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k).to(torch.float32 if not upcast else compute_dtype) * scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
-    row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
-    col = torch.arange(seqlen_k, device=q.device).view(1, -1)
-    offset = col - row - (seqlen_k - seqlen_q)  # j - (i + shift)
     if alibi_slopes is not None:
         slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
-        scores = scores - slopes * offset.abs().to(scores.dtype)
-    left, right = window_size
-    right = 0 if causal else right
-    if window_size[0] >= 0 or window_size[1] >= 0:
-        # flash-attn 2.x's normalization of a given window (its C++ entry points): a side at least
-        # seqlen_k wide is unbounded; with one side bounded, an unbounded other side is seqlen_k.
-        left, right = (-1 if left >= seqlen_k else left), (-1 if right >= seqlen_k else right)
-        if left < 0 and right >= 0:
-            left = seqlen_k
-        elif left >= 0 and right < 0:
-            right = seqlen_k
-    masked = torch.zeros_like(offset, dtype=torch.bool)
-    if right >= 0:
-        masked |= offset > right
-    if left >= 0:
-        masked |= offset < -left
-    scores = scores.masked_fill(masked, float("-inf"))
+        scores = scores - slopes * _key_offsets(seqlen_q, seqlen_k, q.device).abs().to(scores.dtype)
+    scores = scores.masked_fill(~visible(seqlen_q, seqlen_k, causal, window_size, q.device), float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     if dropout_mask is not None:
         probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
     return out.to(dtype), lse.to(torch.float32).masked_fill(lse == float("-inf"), float("inf"))
+
+
+def _key_offsets(seqlen_q, seqlen_k, device):
+    """(seqlen_q, seqlen_k): j - (i + seqlen_k - seqlen_q) for query row i and key j."""
+    row = torch.arange(seqlen_q, device=device).view(-1, 1)
+    col = torch.arange(seqlen_k, device=device).view(1, -1)
+    return col - row - (seqlen_k - seqlen_q)
+
+
+def visible(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1), device="cpu"):
+    """(seqlen_q, seqlen_k) True where query row i sees key j under causal and window_size, the
+    window normalized as flash-attn 2.x's C++ entry points do (a side at least seqlen_k wide is
+    unbounded; with one side bounded, an unbounded other side is seqlen_k)."""
+    offset = _key_offsets(seqlen_q, seqlen_k, device)
+    left, right = window_size
+    right = 0 if causal else right
+    if window_size[0] >= 0 or window_size[1] >= 0:
+        left, right = (-1 if left >= seqlen_k else left), (-1 if right >= seqlen_k else right)
+        if left < 0 and right >= 0:
+            left = seqlen_k
+        elif left >= 0 and right < 0:
+            right = seqlen_k
+    seen = torch.ones_like(offset, dtype=torch.bool)
+    if right >= 0:
+        seen &= offset <= right
+    if left >= 0:
+        seen &= offset >= -left
+    return seen

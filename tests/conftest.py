@@ -74,6 +74,12 @@ def random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, see
     return q, k, v
 
 
+def random_dout(q, seed):
+    """A gradient of the output shaped like q, from its own seeded generator."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
+
+
 def grads_of(fn, inputs, dout):
     """(fn(*leaves), the gradients of the leaves) for fresh leaf copies of inputs."""
     leaves = [t.detach().clone().requires_grad_() for t in inputs]

@@ -8,30 +8,13 @@ import math
 import pytest
 import torch
 
-from conftest import assert_within_rule, dtype_id, poison_allocator, random_qkv, requires_gpu, skip_unbuilt
+from conftest import assert_within_rule, dtype_id, poison_allocator, random_dout, random_qkv, requires_gpu, skip_unbuilt
 from flash_attn_cuda import _extension, flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.dropout import dropout_mask, kept_from_probs
 from flash_attn_cuda.interface import _get_block_size_n
-from flash_attn_cuda.reference import attention_ref
+from flash_attn_cuda.reference import attention_ref, visible
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
-
-
-def random_dout(q, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
-
-
-def visible(seqlen_q, seqlen_k, causal, window=(-1, -1)):
-    """(seqlen_q, seqlen_k) True where query row i sees key j (the kernels' tiles cover these)."""
-    offset = torch.arange(seqlen_k).view(1, -1) - torch.arange(seqlen_q).view(-1, 1) - (seqlen_k - seqlen_q)
-    left, right = window[0], 0 if causal else window[1]
-    seen = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
-    if right >= 0:
-        seen &= offset <= right
-    if left >= 0:
-        seen &= offset >= -left
-    return seen.cuda()
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -47,7 +30,7 @@ def test_kernel_mask_is_the_philox_mask(head_dim, causal, seqlen_q, seqlen_k):
     _, _, rng_state, s_dmask = _extension.ops().fwd(q, k, v, None, None, *options)
     seed, offset = rng_state.tolist()
     expected = dropout_mask(seed, offset, 2, 3, seqlen_q, seqlen_k, 0.3, device="cuda")
-    seen = visible(seqlen_q, seqlen_k, causal)
+    seen = visible(seqlen_q, seqlen_k, causal, device="cuda")
     got = kept_from_probs(s_dmask, seqlen_q, seqlen_k)
     assert torch.equal(got[..., seen], expected[..., seen])
 
@@ -60,14 +43,14 @@ def check_against_reference(q, k, v, dout, dropout_p, **variant):
     out, lse, s_dmask = flash_attn_func(*leaves, dropout_p=dropout_p, return_attn_probs=True, **variant)
     grads = torch.autograd.grad(out, leaves, dout)
     kept = kept_from_probs(s_dmask, q.shape[1], k.shape[1])
-    for upcast, name in ((True, "ref"), (False, "pt")):
+
+    def reference(upcast):
         inputs = [(t.detach().float() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
         o, l = attention_ref(*inputs, upcast=upcast, dropout_p=dropout_p, dropout_mask=kept, **variant)
-        g = torch.autograd.grad(o, inputs, dout.to(o.dtype))
-        if upcast:
-            ref_out, ref_lse, ref_grads = o, l, g
-        else:
-            pt_out, pt_grads = o, g
+        return o, l, torch.autograd.grad(o, inputs, dout.to(o.dtype))
+
+    ref_out, ref_lse, ref_grads = reference(upcast=True)
+    pt_out, _, pt_grads = reference(upcast=False)
     assert_within_rule("out", out, ref_out, pt_out)
     finite = ref_lse.isfinite()
     torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=1e-3)
@@ -123,7 +106,7 @@ def test_probabilities_decode_as_flash_attn_does():
         q, k, v = random_qkv(1, 150, 300, 2, 2, head_dim, dtype, seed=11)
         _, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=0.1, causal=causal, return_attn_probs=True)
         scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / math.sqrt(head_dim)
-        seen = visible(150, 300, causal)
+        seen = visible(150, 300, causal, device="cuda")
         scores = scores.masked_fill(~seen, float("-inf"))
         block_n = _get_block_size_n(q.device, head_dim, True, causal)
         block_max = torch.stack([s.amax(-1) for s in scores.split(block_n, dim=-1)], dim=-1)

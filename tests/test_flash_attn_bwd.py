@@ -13,6 +13,7 @@ from conftest import (
     grads_of,
     peak_extra_bytes,
     poison_allocator,
+    random_dout,
     random_qkv,
     requires_gpu,
     skip_unbuilt,
@@ -49,11 +50,6 @@ def assert_grads_within_rule(grads, q, k, v, dout, causal, softmax_scale=None):
     for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt):
         assert g.shape == g_ref.shape and g.dtype == q.dtype, name
         assert_within_rule(name, g, g_ref, g_pt)
-
-
-def random_dout(q, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)

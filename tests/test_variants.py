@@ -4,8 +4,8 @@ forward and backward, under the numerics rule of DESIGN.md (GPU)."""
 import pytest
 import torch
 
-from conftest import (assert_within_rule, dtype_id, grads_of, poison_allocator, random_qkv, requires_gpu, skip_unbuilt,
-                      xfail_single_query_bf16_backward)
+from conftest import (assert_within_rule, dtype_id, grads_of, poison_allocator, random_dout, random_qkv, requires_gpu,
+                      skip_unbuilt, xfail_single_query_bf16_backward)
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -14,11 +14,6 @@ pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_fam
 # Narrower and wider than a block, one side only, and windows that leave rows with no key.
 WINDOWS = [(17, 0), (0, 17), (130, 300), (1000, -1), (-1, 100), (5, 5), (0, 0)]
 SEQLENS = [(1, 1), (113, 203), (203, 113), (1000, 1000), (128, 2049), (2049, 128)]
-
-
-def random_dout(q, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen)
 
 
 def assert_matches_reference(q, k, v, dout, **variant):

@@ -14,8 +14,6 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 FwdDropoutTensors set_fwd_dropout(Flash_fwd_params &params, const Problem &p, const AttentionOptions &options,
                                   const at::Tensor &q) {
-    params.rng_state_ptr = nullptr;
-    params.s_dmask_ptr = nullptr;
     if (!has_dropout(params)) {
         return {at::empty({0}, q.options().dtype(at::kLong)), at::empty({0}, q.options())};
     }
