@@ -3,8 +3,8 @@ softcap or ALiBi against FlexAttention (torch.compile'd, the window as a block m
 ALiBi as score_mod), ALiBi against SDPA's efficient backend with the bias as an explicit additive
 mask, dropout against SDPA's flash backend with dropout (FlexAttention has none), and each against
 flash_attn_cuda without the variant (variant none: the variant's cost; for window (1024, 0), none
-is full causal; dropout runs on the FA2 family, so its rows also have none on that family,
-impl flash_attn_cuda_sm80). bf16, 16k tokens per batch, hidden 2048.
+is full causal; dropout's rows also have it and none on the FA2 family forced, impl
+flash_attn_cuda_sm80, since the backward runs there). bf16, 16k tokens per batch, hidden 2048.
 
 python benchmarks/benchmark_variants.py [--json] [--hdims 64,128] [--seqlens ...] [--directions fwd,bwd]
     [--variants window_1024_0,window_256_256,softcap,alibi,dropout]
@@ -142,6 +142,7 @@ def main():
                  ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False))]
         if variant == "dropout":
             impls += [("flash_attn_cuda_sm80", "none", lambda: ours(variant, causal, nheads, False, "sm80")),
+                      ("flash_attn_cuda_sm80", variant, lambda: ours(variant, causal, nheads, True, "sm80")),
                       ("sdpa_flash", variant, lambda: sdpa_flash_dropout(causal))]
         else:
             impls.append(("flex", variant, lambda: flex(variant, causal, seqlen, nheads)))

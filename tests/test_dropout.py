@@ -1,7 +1,8 @@
-"""Dropout (flash-attn 2.x semantics) on the FA2 family, forward and backward (GPU): the mask the
-kernels draw against the plain-torch Philox (flash_attn_cuda.dropout), the outputs and gradients
-against the float32 reference with the mask recovered from return_attn_probs, the mask's
-statistics, reproducibility from torch's generator, CUDA graph replay, torch.compile."""
+"""Dropout (flash-attn 2.x semantics), forward and backward (GPU), on both forward families (the
+Hopper one serves dropout without return_attn_probs): the mask the kernels draw against the
+plain-torch Philox (flash_attn_cuda.dropout), the outputs and gradients against the float32
+reference with that mask, the mask's statistics, reproducibility from torch's generator, CUDA graph
+replay, torch.compile."""
 
 import math
 
@@ -14,7 +15,12 @@ from flash_attn_cuda.dropout import dropout_mask, kept_from_probs
 from flash_attn_cuda.interface import _get_block_size_n
 from flash_attn_cuda.reference import attention_ref, visible
 
-pytestmark = [pytest.mark.gpu, requires_gpu]
+pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_family")]
+
+
+def cuda_generator(device):
+    """The generator dropout draws from: the next forward takes its seed and current offset."""
+    return torch.cuda.default_generators[torch.device(device).index or 0]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -35,14 +41,25 @@ def test_kernel_mask_is_the_philox_mask(head_dim, causal, seqlen_q, seqlen_k):
     assert torch.equal(got[..., seen], expected[..., seen])
 
 
-def check_against_reference(q, k, v, dout, dropout_p, **variant):
-    """Forward and backward with dropout against the float32 reference given the kernel's mask
-    (from return_attn_probs), each within the numerics rule."""
+def check_against_reference(q, k, v, dout, dropout_p, causal=False, window_size=(-1, -1), softcap=0.0,
+                            alibi_slopes=None):
+    """Forward and backward with dropout (no return_attn_probs, which the Hopper family leaves to the
+    FA2 one) against the float32 reference given the Philox mask of the generator's (seed, offset),
+    each within the numerics rule. The op gives lse and the rng_state; flash_attn_func, with the
+    generator set back to the same offset, the gradients."""
     poison_allocator()
+    variant = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    gen = cuda_generator(q.device)
+    seed, offset = gen.initial_seed(), gen.get_offset()
+    options = (0, 0, 1 / math.sqrt(q.shape[-1]), causal, *window_size, softcap, alibi_slopes, False, dropout_p, False)
+    out, lse, rng_state, _ = _extension.ops().fwd(q, k, v, None, None, *options)
+    assert rng_state.tolist() == [seed, offset]
+    gen.set_offset(offset)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out, lse, s_dmask = flash_attn_func(*leaves, dropout_p=dropout_p, return_attn_probs=True, **variant)
-    grads = torch.autograd.grad(out, leaves, dout)
-    kept = kept_from_probs(s_dmask, q.shape[1], k.shape[1])
+    out_again = flash_attn_func(*leaves, dropout_p=dropout_p, **variant)
+    assert torch.equal(out_again, out)
+    grads = torch.autograd.grad(out_again, leaves, dout)
+    kept = dropout_mask(seed, offset, q.shape[0], q.shape[2], q.shape[1], k.shape[1], dropout_p, device="cuda")
 
     def reference(upcast):
         inputs = [(t.detach().float() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
@@ -193,18 +210,45 @@ def test_varlen_dropout_matches_reference_per_sequence():
     gen = torch.Generator(device="cuda").manual_seed(12)
     q, k, v = (torch.randn(total, 2, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
     cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
-    out, _, s_dmask = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=p, causal=True,
-                                             return_attn_probs=True)
-    assert s_dmask.shape == (len(lengths), 2, 256, 256)
+    seed, offset = cuda_generator(q.device).initial_seed(), cuda_generator(q.device).get_offset()
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=p, causal=True)
+    kept_all = dropout_mask(seed, offset, len(lengths), 2, max(lengths), max(lengths), p, device="cuda")
     for b, n in enumerate(lengths):
         if n == 0:
             continue
         rows = slice(cu[b].item(), cu[b + 1].item())
-        kept = kept_from_probs(s_dmask[b : b + 1], n, n)
+        kept = kept_all[b : b + 1, :, :n, :n]
         args = [t[rows][None] for t in (q, k, v)]
         o_ref, _ = attention_ref(*(t.float() for t in args), causal=True, dropout_p=p, dropout_mask=kept)
         o_pt, _ = attention_ref(*args, causal=True, dropout_p=p, dropout_mask=kept, upcast=False)
         assert_within_rule(f"out of sequence {b}", out[rows], o_ref[0], o_pt[0])
+
+
+def test_varlen_probabilities_have_flash_attn_shape():
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths = [70, 0, 129, 33]
+    q = torch.randn(sum(lengths), 2, head_dim, device="cuda", dtype=dtype)
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    _, _, s_dmask = flash_attn_varlen_func(q, q, q, cu, cu, max(lengths), max(lengths), dropout_p=0.2,
+                                           return_attn_probs=True)
+    assert s_dmask.shape == (len(lengths), 2, 256, 256)
+
+
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
+def test_the_family_that_serves_dropout_is_reported(kernel_family, head_dim):
+    """The Hopper family serves dropout where its KV blocks hold whole 64-key Philox calls (all but
+    d=192), and never return_attn_probs, whose probabilities only the FA2 family writes."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    q = torch.randn(1, 64, 2, head_dim, device="cuda", dtype=dtype)
+    ext = _extension.load()
+    sm90_dims = ext.built_config()["family_head_dims"].get("sm90", [])
+    on_sm90 = kernel_family == "sm90" and head_dim in sm90_dims
+    assert ext.fwd_family(q, q, q, None, None, 0, 0, 0.125, False, 0.1) == ("sm90" if on_sm90 and head_dim != 192
+                                                                           else "sm80")
+    assert ext.fwd_family(q, q, q, None, None, 0, 0, 0.125, False, 0.1, True) == "sm80"
+    assert ext.fwd_family(q, q, q, None, None, 0, 0, 0.125, False, 0.0, True) == ("sm90" if on_sm90 else "sm80")
 
 
 def test_gqa_deterministic_dropout_is_bitwise_reproducible():

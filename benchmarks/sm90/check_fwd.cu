@@ -2,7 +2,8 @@
 //
 //   check_fwd check [quick|all [d]]  every case (or a few: quick) against an fp32 reference
 //                                    computed on the GPU; d: that head dim alone
-//   check_fwd bench                  TFLOPs/s on the paper's grid (bf16, hidden 2048, 16k tokens)
+//   check_fwd bench [seqlen]         TFLOPs/s on the paper's grid (bf16, hidden 2048, 16k tokens);
+//                                    seqlen: that column alone (for ncu)
 //
 // Head dims and dtypes: those built in (-DWITH_HDIM_<d>, -DWITH_DTYPE_BF16 / _FP16; one object per
 // instance, see run.sh).
@@ -506,14 +507,17 @@ static int check(bool quick, int only_head_dim) {
 }
 
 // The paper's grid: bf16, batch * seqlen = 16k tokens, hidden 2048 (heads = 2048 / d).
-static int bench() {
+static int bench(int only_seqlen) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     constexpr int kSets = 3, kWarmup = 5, kRuns = 30;
-    const std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
+    std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
+    if (only_seqlen > 0) {
+        seqlens = {only_seqlen};
+    }
     struct Row {
         int d;
         bool causal;
@@ -616,8 +620,8 @@ int main(int argc, char **argv) {
         return check(argc > 2 && std::string(argv[2]) == "quick", argc > 3 ? std::atoi(argv[3]) : 0);
     }
     if (mode == "bench") {
-        return bench();
+        return bench(argc > 2 ? std::atoi(argv[2]) : 0);
     }
-    std::fprintf(stderr, "usage: %s check [quick|all [head dim]] | bench\n", argv[0]);
+    std::fprintf(stderr, "usage: %s check [quick|all [head dim]] | bench [seqlen]\n", argv[0]);
     return 2;
 }

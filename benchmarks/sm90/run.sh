@@ -7,7 +7,8 @@
 # to $BUILD/ptxas.txt. Environment: CUTLASS_INCLUDE, where the CUTLASS headers are (default:
 # those of the nvidia-cutlass wheel); NVCC, the compiler; DTYPES (default "bf16 fp16");
 # SM90_VARIANT, a folder holding another sm90/ tree to build instead of csrc/sm90 (A/B timing of a
-# snapshot), and BUILD, the build folder (default benchmarks/sm90/build).
+# snapshot), BUILD, the build folder (default benchmarks/sm90/build), and NVCC_FLAGS, more nvcc flags
+# (split on spaces).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,7 +25,7 @@ if [ -n "${SM90_VARIANT:-}" ]; then
     VARIANT_INCLUDE=(-I "$SM90_VARIANT")
 fi
 FLAGS=(-std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a
-       "${VARIANT_INCLUDE[@]}" -I csrc -I "$CUTLASS_INCLUDE")
+       "${VARIANT_INCLUDE[@]}" -I csrc -I "$CUTLASS_INCLUDE" ${NVCC_FLAGS:-})
 mkdir -p "$BUILD"
 
 pids=()

@@ -65,10 +65,11 @@ py::dict bwd_kernel_config(int head_dim) {
 
 std::string family_of_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                        const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
-                       int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal) {
+                       int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                       double dropout_p, bool return_softmax) {
     return mha_fwd_family(q, k, v, cu_seqlens_q, cu_seqlens_k,
                           AttentionOptions{max_seqlen_q, max_seqlen_k, softmax_scale, causal, -1, -1, 0.0, std::nullopt, false,
-                                           0.0, false});
+                                           dropout_p, return_softmax});
 }
 
 }  // namespace
@@ -84,5 +85,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("head_dim"));
     m.def("fwd_family", &family_of_fwd, "the family (sm80 or sm90) that runs this forward on these tensors' GPU",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
-          py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("softmax_scale"), py::arg("causal"));
+          py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("softmax_scale"), py::arg("causal"),
+          py::arg("dropout_p") = 0.0, py::arg("return_softmax") = false);
 }

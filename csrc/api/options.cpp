@@ -94,4 +94,5 @@ void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q)
     params.dropout_keep_below =
         static_cast<uint32_t>(std::clamp<int64_t>(std::llround((1.0 - dropout_p) * 65536.0), 1, 65536));
     params.dropout_scale = static_cast<float>(1.0 / (1.0 - dropout_p));
+    params.return_softmax = return_softmax && dropout_p > 0;
 }

@@ -75,6 +75,8 @@ struct Flash_fwd_params {
     // the strides below (rows and cols: seqlen_q and seqlen_k rounded up to 128); else null.
     void *__restrict__ s_dmask_ptr;
     int64_t s_dmask_batch_stride, s_dmask_head_stride, s_dmask_row_stride;
+    // Whether the caller asked for them (set before s_dmask_ptr is, for choosing a family).
+    bool return_softmax;
 
     // Global scratch memory of the size the serving family asked for (api/families.h,
     // fwd_workspace_bytes), allocated by the API and initialized by the family's launcher on its

@@ -2,15 +2,17 @@
 #include "sm90/family.h"
 
 #include "common/dispatch.h"
+#include "sm90/fwd_tile_config.h"
 #include "sm90/fwd_workspace.h"
 #include "sm90/launch.h"
 
 namespace flash::sm90 {
 
 // Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
-// family: a TMA descriptor cannot describe them. So does dropout, which this family does not have.
+// family: a TMA descriptor cannot describe them. So do dropout's probabilities (return_attn_probs),
+// which this family does not write, and dropout at head dims whose KV blocks are not 64-key multiples.
 bool supports_fwd(const Flash_fwd_params &params) {
-    if (has_dropout(params)) {
+    if (has_dropout(params) && (params.return_softmax || !sm90_fwd_supports_dropout(params.head_dim))) {
         return false;
     }
     const bool varlen = params.cu_seqlens_q != nullptr;

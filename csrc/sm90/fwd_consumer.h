@@ -7,8 +7,10 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "common/dropout.h"
 #include "common/score_mod.h"
 #include "common/softmax.h"
+#include "sm90/dropout_mask.h"
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
 #include "sm90/tile_queue.h"
@@ -20,8 +22,9 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// ctid: the thread's index among the consumer threads.
-template <class Traits, bool kIsCausal, bool kScoreMod>
+// ctid: the thread's index among the consumer threads. kDropout (compiled with kScoreMod only, whose
+// code then runs where the problem has a softcap or ALiBi): dropout on P~ (common/dropout.h).
+template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared,
                                              typename Traits::PipelineKV &pipeline_k,
@@ -49,6 +52,16 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     int q_full_phase = 0;
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
+    static_assert(!kDropout || kScoreMod);
+    uint64_t seed = 0, offset = 0;
+    if constexpr (kDropout) {
+        dropout_seed_offset(params.philox, seed, offset);
+        if (blockIdx.x == 0 && ctid == 0) {
+            params.rng_state_ptr[0] = int64_t(seed);
+            params.rng_state_ptr[1] = int64_t(offset);
+        }
+    }
+
     ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
@@ -61,6 +74,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         const Mask<kIsCausal> &mask = work.mask;
         const BlockRange &n_blocks = work.n_blocks;
         const ScoreMod score_mod(params, tc.bidb, tc.bidh, binfo.causal_shift());
+        const DropoutRng dropout(params, seed, offset, tc.bidb, tc.bidh);
         // KV blocks from the last to the first: runs of blocks that need a mask (the seqlen_k edge
         // and the window's right edge, i.e. the causal diagonal, first; the window's left edge
         // last) alternate with runs that need none, whose loop has no mask code.
@@ -88,16 +102,22 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // The lambdas are forced inline (as are all device functions here): a call between a
         // wgmma's issue and its wait makes ptxas wait for the wgmma before the call.
 
-        // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m) in 16 bits.
+        // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m) (then dropout, which acts on the
+        // normalized P: the row sums are of P~ before it).
         auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
             if constexpr (kScoreMod) {
-                score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
+                if (!kDropout || score_mod.active()) {
+                    score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
+                }
             }
             if constexpr (decltype(masked)::value) {
                 mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             fill(rescale, 1.f);
             softmax.update(acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
+            if constexpr (kDropout) {
+                apply_dropout(dropout, acc_s, tScS, row0, n_block * Traits::kBlockN);
+            }
         };
 
         // O *= e^{m_old - m} for the last softmax step, just before the next P V adds to O.
@@ -112,8 +132,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         };
 
         // One KV block: line 8 for it issued with line 10 for the previous block, and its softmax
-        // placed between the waits for the two (NOTES.md: ptxas moves the second wait up, so that
-        // the softmax overlaps P V only in part).
+        // between the waits for the two, so that it runs under P V.
         auto kv_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
             pipeline_k.consumer_wait(k_state);
             turns.wait();
@@ -128,6 +147,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             pipeline_k.consumer_release(k_state);
             ++k_state;
             softmax_step(n_block, masked);
+            wait_below(softmax.row_sum, &shared.softmax_fence[ctid]);
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             warpgroup_fence_operand(p);
@@ -182,7 +202,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         }
 
         // Lines 12-13.
-        auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale);
+        auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
+                                    kDropout ? params.dropout_scale : 1.f);
         fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid);
     }
     // The last O store has read its shared memory before the block exits.

@@ -15,8 +15,9 @@
 
 namespace flash::sm90 {
 
-// kScoreMod: softcap and ALiBi (common/score_mod.h) on, a compile-time switch as in the FA2 family.
-template <class Traits, bool kIsCausal, bool kScoreMod>
+// kScoreMod: softcap and ALiBi (common/score_mod.h) on, a compile-time switch as in the FA2 family;
+// kDropout: dropout too (fwd_consumer.h).
+template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FwdKernelParams<Traits> kp) {
 // Built for every arch in FLASH_ATTN_CUDA_ARCHS, run only on sm_90a: the device passes of other
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
     } else {
         cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-        fwd_consumer<Traits, kIsCausal, kScoreMod>(kp, shared, pipeline_k, pipeline_v, threadIdx.x - 128);
+        fwd_consumer<Traits, kIsCausal, kScoreMod, kDropout>(kp, shared, pipeline_k, pipeline_v, threadIdx.x - 128);
     }
 #endif
 }

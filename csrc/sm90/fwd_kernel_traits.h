@@ -94,6 +94,7 @@ struct FwdKernelTraits {
         uint64_t q_full;  // Q landed (TMA transaction barrier)
         uint64_t q_free;  // every consumer warpgroup is done with Q (and, without kSeparateO, with O)
         std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
+        float2 softmax_fence[kNumConsumerThreads];  // wgmma_utils.h, wait_below
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");

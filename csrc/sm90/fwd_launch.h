@@ -39,9 +39,13 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     }
     // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
     const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
-    auto kernel = has_score_mod(params)
-                      ? &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true>
-                      : &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, false>;
+    auto kernel = has_score_mod(params) ? &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, false>
+                                        : &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, false, false>;
+    if constexpr (Traits::kBlockN % 64 == 0) {
+        if (has_dropout(params)) {
+            kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, true>;
+        }
+    }
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
         cudaSuccess) {
         return;

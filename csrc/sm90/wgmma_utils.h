@@ -47,6 +47,20 @@ __device__ __forceinline__ constexpr auto acc_as_operand_a(Layout const &acc) {
                        make_layout(get<1>(n8_blocks), get<2>(acc)));
 }
 
+// Keeps a later warpgroup_wait below the code that computes `values`. ptxas sees no dependency
+// between a wgmma wait and the softmax, and schedules the wait early to fill the latency of the
+// softmax's first shuffle, so the softmax would run after the P V GEMM instead of under it
+// (benchmarks/sm90/NOTES.md, v1 and v6). It does not move a wait above a shared-memory store:
+// storing the values to a slot of this thread's own gives the order at the cost of one STS.
+// values: the 2 row statistics of a thread (an m64 accumulator gives each thread 2 rows).
+template <class Values>
+__device__ __forceinline__ void wait_below(Values const &values, float2 *own_slot) {
+    static_assert(decltype(size(values))::value == 2);
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(own_slot))),
+                 "f"(values(0)), "f"(values(1))
+                 : "memory");
+}
+
 // dst = src element-wise, between register tensors of one layout (packed conversions for
 // fp32 -> bf16/fp16).
 template <class EngineSrc, class EngineDst, class Layout>
