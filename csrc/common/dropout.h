@@ -32,10 +32,14 @@ struct DropoutRng {
           sequence((uint64_t(bidb) * params.num_heads + bidh) << 26), keep_below(params.dropout_keep_below) {}
 
     // The 8 numbers of the call whose first entry is (row, col): row % 16 < 8, col % 64 < 32, even col.
-    __device__ PhiloxBits bits(int row, int col) const {
-        const uint64_t low = counter_base + uint64_t(col >> 6) * 128 + ((col >> 3) & 3) * 32 + (row & 7) * 4 +
-                             ((col >> 1) & 3);
-        const uint64_t high = sequence + uint64_t(row >> 4);
+    __device__ PhiloxBits bits(int row, int col) const { return bits_at(counter_low(row, col), counter_high(row)); }
+
+    // The two halves of that call's counter; the call 64 c + 32 g keys further right has low + 128 c + 32 g.
+    __device__ uint64_t counter_low(int row, int col) const {
+        return counter_base + uint64_t(col >> 6) * 128 + ((col >> 3) & 3) * 32 + (row & 7) * 4 + ((col >> 1) & 3);
+    }
+    __device__ uint64_t counter_high(int row) const { return sequence + uint64_t(row >> 4); }
+    __device__ PhiloxBits bits_at(uint64_t low, uint64_t high) const {
         return philox4x32_10({uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}, key0, key1);
     }
 

@@ -23,13 +23,15 @@ __device__ __forceinline__ void apply_dropout(const DropoutRng &rng, Acc &acc, c
                   decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1);
     constexpr int kKeyBlocks = decltype(size<0, 2>(acc))::value;
     static_assert(kKeyBlocks % 8 == 0, "calls span 64 keys");
+    // The counters of the thread's calls differ from its first one's by constants (col0 % 64 == 0).
+    const int row = row0 + get<0>(coord(0)), col = col0 + get<1>(coord(0));
+    const uint64_t low = rng.counter_low(row, col), high = rng.counter_high(row);
     CUTE_UNROLL
     for (int j = 0; j < kKeyBlocks; ++j) {
         if (j & 4) {
             continue;  // the right half of a call, made with its left half
         }
-        const auto rc = coord(4 * j);
-        const PhiloxBits bits = rng.bits(row0 + get<0>(rc), col0 + get<1>(rc));
+        const PhiloxBits bits = rng.bits_at(low + (j / 8) * 128 + (j % 4) * 32, high);
         CUTE_UNROLL
         for (int k = 0; k < 8; ++k) {
             // k = 4 h + 2 (key half) + e

@@ -60,6 +60,10 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             params.rng_state_ptr[0] = int64_t(seed);
             params.rng_state_ptr[1] = int64_t(offset);
         }
+        // Read from memory under graph capture: shuffled, ptxas sees them as warp-uniform and keeps
+        // Philox's round keys in uniform registers instead of recomputing them per call.
+        seed = __shfl_sync(0xffffffff, seed, 0);
+        offset = __shfl_sync(0xffffffff, offset, 0);
     }
 
     ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring);
