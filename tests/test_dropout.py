@@ -210,7 +210,8 @@ def test_varlen_dropout_matches_reference_per_sequence():
     gen = torch.Generator(device="cuda").manual_seed(12)
     q, k, v = (torch.randn(total, 2, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
     cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
-    seed, offset = cuda_generator(q.device).initial_seed(), cuda_generator(q.device).get_offset()
+    rng = cuda_generator(q.device)
+    seed, offset = rng.initial_seed(), rng.get_offset()
     out = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=p, causal=True)
     kept_all = dropout_mask(seed, offset, len(lengths), 2, max(lengths), max(lengths), p, device="cuda")
     for b, n in enumerate(lengths):

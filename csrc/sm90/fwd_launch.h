@@ -41,7 +41,7 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
     auto kernel = has_score_mod(params) ? &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, false>
                                         : &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, false, false>;
-    if constexpr (Traits::kBlockN % 64 == 0) {
+    if constexpr (sm90_fwd_supports_dropout(kHeadDim)) {
         if (has_dropout(params)) {
             kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, true>;
         }

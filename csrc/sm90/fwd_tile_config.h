@@ -27,5 +27,6 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool causal) {
 
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
-    return sm90_fwd_tile_config(head_dim, false).block_n % 64 == 0 && sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
+    return sm90_fwd_tile_config(head_dim, false).block_n % 64 == 0 &&
+           sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
 }
