@@ -18,7 +18,7 @@ using namespace cute;
 // Named barriers of the consumer warpgroups (CUTLASS offsets the ids past its reserved ones).
 enum class FwdBarrier : uint32_t {
     kEpilogue = 0,          // all consumer threads, around O's trip through shared memory
-    kTurnOfWarpgroup0 = 1,  // warpgroup_turns.h: 1 and 2
+    kTurnOfWarpgroup0 = 1,  // warpgroup_turns.h: 1 to the number of consumer warpgroups
 };
 
 // kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h).
@@ -35,10 +35,11 @@ struct FwdKernelTraits {
     static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
     static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
     static constexpr int kNumThreads = kNumConsumerThreads + 128;
-    static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 2);
-    // setmaxnreg: the loader gives registers back to the consumers (64K registers per SM).
+    static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
+    // setmaxnreg: the loader gives registers back to the consumers (64K registers per SM, counts
+    // in multiples of 8).
     static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
+    static constexpr int kConsumerRegs = kNumConsumerWarpgroups == 3 ? 160 : 240;
     static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 65536);
 
     using BlockM = Int<kBlockM>;

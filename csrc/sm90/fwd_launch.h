@@ -13,18 +13,36 @@
 #include "sm90/fwd_tile_config.h"
 #include "sm90/fwd_workspace.h"
 
-template <typename Element, int kHeadDim, bool kIsCausal>
+// kVariants: the traits of the kernels with a score mod or dropout (fwd_tile_config.h).
+template <typename Element, int kHeadDim, bool kIsCausal, bool kVariants>
 using Sm90FwdTraitsFor =
-    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kIsCausal).block_m,
-                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).block_n,
-                                 sm90_fwd_tile_config(kHeadDim, kIsCausal).num_stages,
+    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kVariants).block_m,
+                                 sm90_fwd_tile_config(kHeadDim, kVariants).block_n,
+                                 sm90_fwd_tile_config(kHeadDim, kVariants).num_stages,
                                  flash::sm90::dynamic_tiles(kIsCausal)>;
+
+template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
+void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms, int l2_bytes) {
+    // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
+    const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
+    auto kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, kScoreMod, kDropout>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
+        cudaSuccess) {
+        return;
+    }
+    if constexpr (Traits::kDynamicTiles) {
+        if (cudaMemsetAsync(params.fwd_workspace, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
+            return;
+        }
+    }
+    const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
+    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+}
 
 // Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()
 // for the caller to report. params.fwd_workspace: fwd_workspace_size(kIsCausal) bytes.
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
-    using Traits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal>;
     const bool varlen = params.cu_seqlens_q != nullptr;
     // No query row: nothing to write (and no TMA descriptor can describe an empty tensor).
     if ((varlen ? params.total_q : params.seqlen_q) <= 0 || params.seqlen_q <= 0 || params.batch <= 0 ||
@@ -37,24 +55,23 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
         cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
         return;
     }
-    // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
-    const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
-    auto kernel = has_score_mod(params) ? &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, false>
-                                        : &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, false, false>;
+    using VariantTraits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, true>;
     if constexpr (sm90_fwd_supports_dropout(kHeadDim)) {
         if (has_dropout(params)) {
-            kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, true, true>;
-        }
-    }
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
-        cudaSuccess) {
-        return;
-    }
-    if constexpr (Traits::kDynamicTiles) {
-        if (cudaMemsetAsync(params.fwd_workspace, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
+            launch_fwd_sm90<VariantTraits, kIsCausal, true, true>(params, stream, num_sms, l2_bytes);
             return;
         }
     }
-    const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
-    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+    if (has_score_mod(params)) {
+        launch_fwd_sm90<VariantTraits, kIsCausal, true, false>(params, stream, num_sms, l2_bytes);
+        return;
+    }
+    if constexpr (kIsCausal) {
+        if (params.seqlen_q < sm90_fwd_causal_tall_tiles_min_seqlen) {
+            launch_fwd_sm90<VariantTraits, kIsCausal, false, false>(params, stream, num_sms, l2_bytes);
+            return;
+        }
+    }
+    launch_fwd_sm90<Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, false>, kIsCausal, false, false>(
+        params, stream, num_sms, l2_bytes);
 }

@@ -1,6 +1,13 @@
 // The Hopper forward's tile shape per head dim. block_m rows of Q are split between
 // block_m / 64 consumer warpgroups (wgmma's M is 64 per warpgroup); K and V come block_n rows
 // at a time through num_stages shared-memory buffers each.
+//
+// d=64 takes 3 consumer warpgroups in the plain kernel: its softmax per key block costs as much
+// time as its GEMMs, and two warpgroups left the tensor cores idle half the time
+// (benchmarks/sm90/NOTES.md, v8). The kernels with a score mod or dropout (variants) keep 2: their
+// softmax spills at 3 warpgroups' 160 registers per thread. Causal problems shorter than
+// sm90_fwd_causal_tall_tiles_min_seqlen run the plain kernel with the variants' tiles: there the
+// 192-row tiles cost 17-19% (512-1k keys), from 8k on they gain 9%.
 #pragma once
 
 struct Sm90FwdTileConfig {
@@ -10,10 +17,10 @@ struct Sm90FwdTileConfig {
 };
 
 // Shared memory (227 KB per block) bounds the larger head dims: Q, 2 stages of K and of V.
-constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool causal) {
-    (void)causal;
+constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool variants) {
     switch (head_dim) {
         case 64:
+            return {variants ? 128 : 192, 128, 2};
         case 96:
         case 128:
             return {128, 128, 2};
@@ -25,8 +32,9 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool causal) {
     }
 }
 
+constexpr int sm90_fwd_causal_tall_tiles_min_seqlen = 8192;
+
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
-    return sm90_fwd_tile_config(head_dim, false).block_n % 64 == 0 &&
-           sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
+    return sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
 }

@@ -1,6 +1,6 @@
-// Ping-pong of the two consumer warpgroups: they take turns issuing their GEMMs, so that the
-// tensor cores run one warpgroup's GEMMs while the other computes its softmax. Each issue is
-// bracketed by wait() and pass(); both warpgroups issue equally often per tile, so the turns
+// Ping-pong of the consumer warpgroups: they take turns, in order, issuing their GEMMs, so that
+// the tensor cores run one warpgroup's GEMMs while the others compute their softmax. Each issue
+// is bracketed by wait() and pass(); all warpgroups issue equally often per tile, so the turns
 // carry over from tile to tile.
 #pragma once
 
@@ -12,25 +12,25 @@ namespace flash::sm90 {
 
 template <int kNumWarpgroups>
 struct WarpgroupTurns {
-    static_assert(kNumWarpgroups == 1 || kNumWarpgroups == 2);
+    static_assert(kNumWarpgroups >= 1 && kNumWarpgroups <= 3);
     int warpgroup;  // among the consumer warpgroups
 
     // Warpgroup 0 has the first turn.
     __device__ __forceinline__ explicit WarpgroupTurns(int warpgroup_) : warpgroup(warpgroup_) {
-        if (kNumWarpgroups == 2 && warpgroup == 1) {
+        if (kNumWarpgroups > 1 && warpgroup == kNumWarpgroups - 1) {
             cutlass::arch::NamedBarrier::arrive(256, barrier(0));
         }
     }
 
     __device__ __forceinline__ void wait() const {
-        if constexpr (kNumWarpgroups == 2) {
+        if constexpr (kNumWarpgroups > 1) {
             cutlass::arch::NamedBarrier::sync(256, barrier(warpgroup));
         }
     }
 
     __device__ __forceinline__ void pass() const {
-        if constexpr (kNumWarpgroups == 2) {
-            cutlass::arch::NamedBarrier::arrive(256, barrier(1 - warpgroup));
+        if constexpr (kNumWarpgroups > 1) {
+            cutlass::arch::NamedBarrier::arrive(256, barrier((warpgroup + 1) % kNumWarpgroups));
         }
     }
 
