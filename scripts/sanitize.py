@@ -99,3 +99,12 @@ out, _, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(leng
 out.backward(torch.randn_like(out))
 torch.cuda.synchronize()
 print("varlen dropout with probabilities: ok")
+
+# d = 64: causal problems from 8k query rows on take the Hopper family's 3-warpgroup tiles
+# (csrc/sm90/fwd_tile_config.h); forward only, more query than key rows.
+if 64 in built["head_dims"]:
+    q = torch.randn(1, 8250, 1, 64, device="cuda", dtype=dtype)
+    k = torch.randn(1, 8200, 1, 64, device="cuda", dtype=dtype)
+    flash_attn_func(q, k, torch.randn_like(k), causal=True)
+    torch.cuda.synchronize()
+    print("causal, 3 warpgroups d=64: ok")
