@@ -24,12 +24,15 @@ struct DropoutRng {
     uint32_t key0, key1;
     uint64_t counter_base;  // offset / 4
     uint64_t sequence;      // (b nheads + h) 2^26
-    uint32_t keep_below;    // an entry is kept iff its 16-bit number is below this
+    // An entry is kept iff its 16-bit number is below params.dropout_keep_below (1..2^16), i.e. iff
+    // the number, placed in the top half of a word, is at most this (one compare, no masking).
+    uint32_t keep_top_max;
 
     // seed and offset as the forward drew them (dropout_seed_offset).
     __device__ DropoutRng(const Flash_fwd_params &params, uint64_t seed, uint64_t offset, int bidb, int bidh)
         : key0(uint32_t(seed)), key1(uint32_t(seed >> 32)), counter_base(offset / 4),
-          sequence((uint64_t(bidb) * params.num_heads + bidh) << 26), keep_below(params.dropout_keep_below) {}
+          sequence((uint64_t(bidb) * params.num_heads + bidh) << 26),
+          keep_top_max(uint32_t((uint64_t(params.dropout_keep_below) << 16) - 1)) {}
 
     // The 8 numbers of the call whose first entry is (row, col): row % 16 < 8, col % 64 < 32, even col.
     __device__ PhiloxBits bits(int row, int col) const { return bits_at(counter_low(row, col), counter_high(row)); }
@@ -46,7 +49,7 @@ struct DropoutRng {
     // Whether entry k of a call is kept.
     __device__ bool kept(const PhiloxBits &b, int k) const {
         const uint32_t word = k < 2 ? b.x : k < 4 ? b.y : k < 6 ? b.z : b.w;
-        return ((k & 1) ? word >> 16 : word & 0xffffu) < keep_below;
+        return ((k & 1) ? word : word << 16) <= keep_top_max;
     }
 };
 
