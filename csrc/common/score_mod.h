@@ -43,11 +43,26 @@ struct ScoreMod {
     __device__ float bias(int row, int col) const { return -alibi_slope * float(abs(col - row - causal_shift)); }
 
     // The forward: acc holds raw S; coord gives each entry's (row, col) in the tile at (row0, col0).
+    // Each modification runs only where the problem has it (a branch per tile, not per entry).
+    // ALiBi's distance is the thread's first entry's plus the entry's compile-time offset from it,
+    // in float: an entry costs an FADD and an FFMA, whose |.| operand modifier gives the absolute
+    // value (exact: distances stay far below 2^24).
     template <class Acc, class Coord>
     __device__ void apply(Acc &acc, Coord const &coord, int row0, int col0) const {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc); ++i) {
-            acc(i) = capped(acc(i)) + bias(row0 + get<0>(coord(i)), col0 + get<1>(coord(i)));
+        if (softcapped()) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc); ++i) {
+                acc(i) = tanhf(acc(i) * tanh_prescale);
+            }
+        }
+        if (alibi_slope != 0.f) {
+            const int row_first = get<0>(coord(0)), col_first = get<1>(coord(0));
+            const float distance_first = float(col0 + col_first - row0 - row_first - causal_shift);
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc); ++i) {
+                const int offset = (get<1>(coord(i)) - col_first) - (get<0>(coord(i)) - row_first);
+                acc(i) = fmaf(-alibi_slope, fabsf(distance_first + float(offset)), acc(i));
+            }
         }
     }
 };
