@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         const bool masked = mask.needed(row0, col0, kBlockM, kBlockN);
         Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
         Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
-        if (score_mod.active()) {
+        if (score_mod.softcapped()) {
             // P from the modified score; dS through softcap's derivative, d(softcap * t)/dS =
             // softmax_scale * (1 - t^2), whose softmax_scale is applied to dK and dQ at the end.
             CUTE_UNROLL
@@ -244,10 +244,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
                                         ? exp2f((t + score_mod.bias(row, col)) * score_mod.score_scale_log2 - lse_log2[r])
                                         : 0.f;
                     s(r, c) = p;
-                    dp(r, c) = p * (dp(r, c) - d_rows[r]) * (score_mod.softcapped() ? 1.f - t * t : 1.f);
+                    dp(r, c) = p * (dp(r, c) - d_rows[r]) * (1.f - t * t);
                 }
             }
         } else {
+            // ALiBi alone adds its bias to S (in S's units) and leaves dS as it is.
+            if (score_mod.active()) {
+                score_mod.apply(acc_s, tScS, row0, col0);
+            }
             if (masked) {
                 mask.apply(acc_s, tScS, row0, col0);
             }
