@@ -56,6 +56,19 @@ def test_forward_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k):
     assert_lse_close(lse, q, k, causal)
 
 
+def test_long_causal_window_forward_matches_reference():
+    """A causal sliding window from 8k query rows on, on the 192-row tiles at d=64: the tiles' key
+    ranges start mid-sequence and hold masked blocks on both edges."""
+    dtype, head_dim, window = torch.bfloat16, 64, (700, 0)
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(1, 8250, 8250, 2, 1, head_dim, dtype, seed=8250)
+    poison_allocator()
+    out = flash_attn_func(q, k, v, causal=True, window_size=window)
+    out_ref, _ = attention_ref(q, k, v, causal=True, window_size=window)
+    out_pt, _ = attention_ref(q, k, v, causal=True, window_size=window, upcast=False)
+    assert_within_rule("out", out, out_ref, out_pt)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(8200, 8200), (8300, 9001), (9001, 8300)])
 def test_long_causal_forward_matches_reference(dtype, seqlen_q, seqlen_k):

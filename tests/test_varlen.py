@@ -104,6 +104,26 @@ def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, len
 
 @pytest.mark.gpu
 @requires_gpu
+def test_varlen_causal_with_a_long_sequence_matches_reference(kernel_family):
+    """One sequence of 8k+ query rows puts the whole causal batch on the Hopper family's 192-row
+    tiles at d=64 (csrc/sm90/fwd_launch.h); the short and empty sequences end mid-tile."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [5, 8300, 0, 211], [9, 8250, 3, 300]
+    q, k, v, _ = random_varlen(lengths_q, lengths_k, 2, 1, head_dim, dtype, seed=83)
+    poison_allocator()
+    out = flash_attn_varlen_func(q, k, v, cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k), max(lengths_q),
+                                 max(lengths_k), causal=True)
+    refs = {}
+    for upcast in (True, False):
+        refs[upcast] = torch.cat([
+            attention_ref(q_b[None], k_b[None], v_b[None], causal=True, upcast=upcast)[0][0]
+            for q_b, k_b, v_b in zip(q.split(lengths_q), k.split(lengths_k), v.split(lengths_k))])
+    assert_within_rule("out", out, refs[True], refs[False])
+
+
+@pytest.mark.gpu
+@requires_gpu
 def test_varlen_single_queries_causal_is_non_causal(kernel_family):
     """A decoding step over a padded batch (one query per sequence, max_seqlen_q = 1): causal=True
     gives the non-causal reference of each sequence."""

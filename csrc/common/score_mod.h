@@ -46,7 +46,8 @@ struct ScoreMod {
     // Each modification runs only where the problem has it (a branch per tile, not per entry).
     // ALiBi's distance is the thread's first entry's plus the entry's compile-time offset from it,
     // in float: an entry costs an FADD and an FFMA, whose |.| operand modifier gives the absolute
-    // value (exact: distances stay far below 2^24).
+    // value. Exact for distances below 2^24; beyond, it and bias() may round the distance to
+    // neighbouring floats (a relative 6e-8).
     template <class Acc, class Coord>
     __device__ void apply(Acc &acc, Coord const &coord, int row0, int col0) const {
         if (softcapped()) {

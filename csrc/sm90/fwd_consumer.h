@@ -1,7 +1,7 @@
 // A consumer warpgroup's loop: for every tile, its 64 rows of Algorithm 1 (lines 5-13) with
 // wgmma, then the epilogue (lines 14-15). Within a warpgroup, S = Q K_j^T and the previous block's
-// O += P V are issued together; between the two warpgroups, the GEMMs take turns
-// (warpgroup_turns.h), so that one's softmax runs under the other's GEMMs.
+// O += P V are issued together; between the warpgroups, the GEMMs take turns (warpgroup_turns.h),
+// so that one's softmax runs under the others' GEMMs.
 #pragma once
 
 #include <cute/tensor.hpp>

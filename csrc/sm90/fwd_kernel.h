@@ -1,6 +1,6 @@
 // FlashAttention-2 forward (Algorithm 1) for Hopper: a persistent, warp-specialized kernel. One
-// block per SM walks its tiles (a 128-row block of Q of one (batch, head)); warpgroup 0 loads Q,
-// K and V by TMA, the other warpgroups compute with wgmma, 64 rows each.
+// block per SM walks its tiles (a 128- or 192-row block of Q of one (batch, head)); warpgroup 0
+// loads Q, K and V by TMA, the other warpgroups compute with wgmma, 64 rows each.
 #pragma once
 
 #include <cute/tensor.hpp>

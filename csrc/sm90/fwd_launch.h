@@ -67,6 +67,7 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
         return;
     }
     if constexpr (kIsCausal) {
+        // Varlen: seqlen_q is the longest sequence's, so one long sequence takes the whole batch.
         if (params.seqlen_q < sm90_fwd_causal_tall_tiles_min_seqlen) {
             launch_fwd_sm90<VariantTraits, kIsCausal, false, false>(params, stream, num_sms, l2_bytes);
             return;
