@@ -249,9 +249,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             }
         } else {
             // ALiBi alone adds its bias to S (in S's units) and leaves dS as it is.
-            if (score_mod.active()) {
-                score_mod.apply(acc_s, tScS, row0, col0);
-            }
+            score_mod.apply(acc_s, tScS, row0, col0);
             if (masked) {
                 mask.apply(acc_s, tScS, row0, col0);
             }

@@ -110,9 +110,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // normalized P: the row sums are of P~ before it).
         auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
             if constexpr (kScoreMod) {
-                if (!kDropout || score_mod.active()) {
-                    score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
-                }
+                score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             if constexpr (decltype(masked)::value) {
                 mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
