@@ -69,6 +69,20 @@ def test_long_causal_window_forward_matches_reference():
     assert_within_rule("out", out, out_ref, out_pt)
 
 
+@pytest.mark.parametrize("seqlen_q", [576, 2100, 1000])
+def test_non_causal_forward_on_either_tile_height_matches_reference(seqlen_q):
+    """At d=64 the Hopper family's non-causal kernel takes 192-row tiles when there are enough of
+    them and they pad few rows (576 and 2100 query rows here, 64 sequences), 128-row tiles otherwise
+    (1000 rows: 1152 padded against 1024) (csrc/sm90/fwd_tile_config.h)."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(4, seqlen_q, 700, 16, 4, head_dim, dtype, seed=seqlen_q)
+    poison_allocator()
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    assert_numerics_rule(out, q, k, v, causal=False)
+    assert_lse_close(lse, q, k, causal=False)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(8200, 8200), (8300, 9001), (9001, 8300)])
 def test_long_causal_forward_matches_reference(dtype, seqlen_q, seqlen_k):

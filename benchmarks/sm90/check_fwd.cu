@@ -2,8 +2,9 @@
 //
 //   check_fwd check [quick|all [d]]  every case (or a few: quick) against an fp32 reference
 //                                    computed on the GPU; d: that head dim alone
-//   check_fwd bench [seqlen]         TFLOPs/s on the paper's grid (bf16, hidden 2048, 16k tokens);
-//                                    seqlen: that column alone (for ncu)
+//   check_fwd bench [seqlen [rows]]  TFLOPs/s on the paper's grid (bf16, hidden 2048, 16k tokens);
+//                                    seqlen: that column alone (for ncu); rows: that many query
+//                                    rows per sequence against seqlen keys (non-causal only)
 //
 // Head dims and dtypes: those built in (-DWITH_HDIM_<d>, -DWITH_DTYPE_BF16 / _FP16; one object per
 // instance, see run.sh).
@@ -506,8 +507,9 @@ static int check(bool quick, int only_head_dim) {
     return failed == 0 ? 0 : 1;
 }
 
-// The paper's grid: bf16, batch * seqlen = 16k tokens, hidden 2048 (heads = 2048 / d).
-static int bench(int only_seqlen) {
+// The paper's grid: bf16, batch * seqlen = 16k tokens, hidden 2048 (heads = 2048 / d). rows > 0:
+// rows query rows per sequence instead of seqlen (decode-like problems), non-causal only.
+static int bench(int only_seqlen, int rows_q) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     cudaEvent_t start, stop;
@@ -524,27 +526,30 @@ static int bench(int only_seqlen) {
         int seqlen;
         double ms, tflops;
     };
-    std::vector<Row> rows;
+    std::vector<Row> results;
     for (int d : {64, 128, 256}) {
         if (std::find(built_head_dims().begin(), built_head_dims().end(), d) == built_head_dims().end()) {
             continue;
         }
         for (bool causal : {false, true}) {
+            if (causal && rows_q > 0) {
+                continue;
+            }
             for (int s : seqlens) {
-                const int batch = 16384 / s, heads = 2048 / d;
-                const int64_t n = int64_t(batch) * s * heads * d;
+                const int batch = 16384 / s, heads = 2048 / d, sq = rows_q > 0 ? rows_q : s;
+                const int64_t n = int64_t(batch) * s * heads * d, n_q = int64_t(batch) * sq * heads * d;
                 uint16_t *q[kSets], *k[kSets], *v[kSets], *o;
                 float *lse;
                 for (int i = 0; i < kSets; ++i) {
-                    CUDA_CHECK(cudaMalloc(&q[i], n * 2));
+                    CUDA_CHECK(cudaMalloc(&q[i], n_q * 2));
                     CUDA_CHECK(cudaMalloc(&k[i], n * 2));
                     CUDA_CHECK(cudaMalloc(&v[i], n * 2));
-                    fill_normal<<<blocks_for(n), 256, 0, stream>>>(q[i], n, 100 + 3 * i, true);
+                    fill_normal<<<blocks_for(n_q), 256, 0, stream>>>(q[i], n_q, 100 + 3 * i, true);
                     fill_normal<<<blocks_for(n), 256, 0, stream>>>(k[i], n, 101 + 3 * i, true);
                     fill_normal<<<blocks_for(n), 256, 0, stream>>>(v[i], n, 102 + 3 * i, true);
                 }
-                CUDA_CHECK(cudaMalloc(&o, n * 2));
-                CUDA_CHECK(cudaMalloc(&lse, int64_t(batch) * heads * s * 4));
+                CUDA_CHECK(cudaMalloc(&o, n_q * 2));
+                CUDA_CHECK(cudaMalloc(&lse, int64_t(batch) * heads * sq * 4));
                 void *workspace;
                 CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(flash::sm90::fwd_workspace_size(causal), 1)));
                 Flash_fwd_params p{};
@@ -553,10 +558,13 @@ static int bench(int only_seqlen) {
                 p.softmax_lse_ptr = lse;
                 p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(heads) * d;
                 p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
-                p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = int64_t(s) * heads * d;
+                p.k_batch_stride = p.v_batch_stride = int64_t(s) * heads * d;
+                p.q_batch_stride = p.o_batch_stride = int64_t(sq) * heads * d;
                 p.batch = batch;
-                p.seqlen_q = p.seqlen_k = s;
-                p.total_q = p.total_k = batch * s;
+                p.seqlen_q = sq;
+                p.seqlen_k = s;
+                p.total_q = batch * sq;
+                p.total_k = batch * s;
                 p.num_heads = p.num_heads_k = heads;
                 p.window_left = kWindowUnbounded;
                 p.window_right = causal ? 0 : kWindowUnbounded;
@@ -580,10 +588,10 @@ static int bench(int only_seqlen) {
                 }
                 std::sort(times.begin(), times.end());
                 const double ms = times[times.size() / 2];
-                const double flops = 4.0 * s * s * d * heads * batch / (causal ? 2 : 1);
-                rows.push_back({d, causal, s, ms, flops / (ms * 1e-3) / 1e12});
-                std::printf("d=%3d %-6s seqlen %5d batch %2d heads %2d: %8.3f ms  %6.1f TFLOPs/s\n", d,
-                            causal ? "causal" : "full", s, batch, heads, ms, rows.back().tflops);
+                const double flops = 4.0 * sq * s * d * heads * batch / (causal ? 2 : 1);
+                results.push_back({d, causal, s, ms, flops / (ms * 1e-3) / 1e12});
+                std::printf("d=%3d %-6s rows %5d seqlen %5d batch %2d heads %2d: %8.3f ms  %6.1f TFLOPs/s\n", d,
+                            causal ? "causal" : "full", sq, s, batch, heads, ms, results.back().tflops);
                 for (int i = 0; i < kSets; ++i) {
                     CUDA_CHECK(cudaFree(q[i]));
                     CUDA_CHECK(cudaFree(k[i]));
@@ -604,11 +612,11 @@ static int bench(int only_seqlen) {
     for (size_t i = 0; i < seqlens.size(); ++i) {
         std::printf("---|");
     }
-    for (size_t i = 0; i < rows.size(); ++i) {
+    for (size_t i = 0; i < results.size(); ++i) {
         if (i % seqlens.size() == 0) {
-            std::printf("\n| %d | %s |", rows[i].d, rows[i].causal ? "yes" : "no");
+            std::printf("\n| %d | %s |", results[i].d, results[i].causal ? "yes" : "no");
         }
-        std::printf(" %.0f |", rows[i].tflops);
+        std::printf(" %.0f |", results[i].tflops);
     }
     std::printf("\n");
     return 0;
@@ -620,8 +628,8 @@ int main(int argc, char **argv) {
         return check(argc > 2 && std::string(argv[2]) == "quick", argc > 3 ? std::atoi(argv[3]) : 0);
     }
     if (mode == "bench") {
-        return bench(argc > 2 ? std::atoi(argv[2]) : 0);
+        return bench(argc > 2 ? std::atoi(argv[2]) : 0, argc > 3 ? std::atoi(argv[3]) : 0);
     }
-    std::fprintf(stderr, "usage: %s check [quick|all [head dim]] | bench [seqlen]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s check [quick|all [head dim]] | bench [seqlen [rows]]\n", argv[0]);
     return 2;
 }

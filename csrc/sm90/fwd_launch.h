@@ -66,12 +66,10 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
         launch_fwd_sm90<VariantTraits, kIsCausal, true, false>(params, stream, num_sms, l2_bytes);
         return;
     }
-    if constexpr (kIsCausal) {
-        // Varlen: seqlen_q is the longest sequence's, so one long sequence takes the whole batch.
-        if (params.seqlen_q < sm90_fwd_causal_tall_tiles_min_seqlen) {
-            launch_fwd_sm90<VariantTraits, kIsCausal, false, false>(params, stream, num_sms, l2_bytes);
-            return;
-        }
+    if (!sm90_fwd_tall_tiles_pay(kHeadDim, kIsCausal, params.seqlen_q, int64_t(params.batch) * params.num_heads,
+                                 num_sms)) {
+        launch_fwd_sm90<VariantTraits, kIsCausal, false, false>(params, stream, num_sms, l2_bytes);
+        return;
     }
     launch_fwd_sm90<Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, false>, kIsCausal, false, false>(
         params, stream, num_sms, l2_bytes);

@@ -5,10 +5,11 @@
 // d=64 takes 3 consumer warpgroups in the plain kernel: its softmax per key block costs as much
 // time as its GEMMs, and two warpgroups left the tensor cores idle half the time
 // (benchmarks/sm90/NOTES.md, v8). The kernels with a score mod or dropout (variants) keep 2: their
-// softmax spills at 3 warpgroups' 160 registers per thread. Causal problems shorter than
-// sm90_fwd_causal_tall_tiles_min_seqlen run the plain kernel with the variants' tiles: there the
-// 192-row tiles cost 17-19% (512-1k keys), from 8k on they gain 9%.
+// softmax spills at 3 warpgroups' 160 registers per thread. Where the taller tiles do not pay
+// (sm90_fwd_tall_tiles_pay), the plain kernel runs with the variants' tiles.
 #pragma once
+
+#include <cstdint>
 
 struct Sm90FwdTileConfig {
     int block_m;     // rows of Q per tile (B_r in the paper)
@@ -32,7 +33,24 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool variants) {
     }
 }
 
-constexpr int sm90_fwd_causal_tall_tiles_min_seqlen = 8192;
+// Whether the plain kernel's tiles, taller than the variants' at d=64, serve this problem faster
+// (benchmarks/sm90/NOTES.md, v8 and v10). Varlen: seqlen_q is the longest sequence's.
+// - Causal: 192-row tiles cost 17-19% at 512-1k rows and gain 9% from 8k on.
+// - Fewer tall tiles than SMs: more, shorter tiles finish sooner (decode-like problems, 1-512
+//   query rows against 1k-16k keys: 128-row tiles 12-30% faster).
+// - Else the tall tiles run ~10% faster per row: worth it while they pad at most 10% more rows.
+constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, int64_t sequences, int num_sms) {
+    const int tall = sm90_fwd_tile_config(head_dim, false).block_m;
+    const int short_ = sm90_fwd_tile_config(head_dim, true).block_m;
+    if (tall == short_) {
+        return true;
+    }
+    if (causal) {
+        return seqlen_q >= 8192;
+    }
+    const int64_t tall_tiles = (seqlen_q + tall - 1) / tall, short_tiles = (seqlen_q + short_ - 1) / short_;
+    return sequences * tall_tiles >= num_sms && 10 * tall_tiles * tall <= 11 * short_tiles * short_;
+}
 
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
