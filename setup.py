@@ -124,6 +124,10 @@ def _extension():
         host_macros.append(f"-DFLASH_ATTN_{name.upper()}_HDIMS=" + ",".join(map(str, dims)))
         if name != "sm80":
             host_macros.append(f"-DFLASH_ATTN_FAMILY_{name.upper()}")
+    for family in families:
+        for direction in family.direction_head_dims:
+            dims = family.built_head_dims(hdims, direction)
+            host_macros.append(f"-DFLASH_ATTN_{family.name.upper()}_{direction.upper()}_HDIMS=" + ",".join(map(str, dims)))
     gencode = toolchain.gencode_flags(archs)
     nvcc_flags = [
         "-O3",

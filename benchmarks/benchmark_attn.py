@@ -85,7 +85,10 @@ def available_impls():
 
 def make_call(impl, q, k, v, causal, direction):
     """A no-argument function running one direction: fwd, bwd (the backward of a stored forward),
-    or fwd_bwd."""
+    or fwd_bwd. flash_attn_cuda_sm80 runs every direction with the FA2 family forced."""
+    if impl == "flash_attn_cuda_sm80":
+        call = forced_sm80(make_call, "flash_attn_cuda", q, k, v, causal, direction)
+        return lambda: forced_sm80(call)
     attend = attention_fn(impl, causal)
     if direction == "fwd":
         return lambda: attend(q, k, v)

@@ -31,11 +31,14 @@ class Family:
     """A kernel family: the arch it is built for (None: every arch listed), its head dims, its
     directions and the launcher each instantiation file instantiates."""
 
-    def __init__(self, name, arch, head_dims, launchers):
+    def __init__(self, name, arch, head_dims, launchers, direction_head_dims=None):
         self.name, self.arch, self.head_dims, self.launchers = name, arch, head_dims, launchers
+        # Directions with fewer head dims than the family's: {direction: head dims}.
+        self.direction_head_dims = direction_head_dims or {}
 
-    def built_head_dims(self, hdims):
-        return [d for d in self.head_dims if d in hdims]
+    def built_head_dims(self, hdims, direction=None):
+        dims = self.direction_head_dims.get(direction, self.head_dims)
+        return [d for d in dims if d in hdims]
 
 
 FAMILIES = {
@@ -48,12 +51,17 @@ FAMILIES = {
             "bwd": ("sm80/flash_bwd_launch_template.h", "flash::sm80::run_mha_bwd_", "Flash_bwd_params"),
         },
     ),
-    # The Hopper family: the forward, at the head dims it has tiles for (the FA2 family serves the rest).
+    # The Hopper family at the head dims it has tiles for (the FA2 family serves the rest): the
+    # forward, and the backward at d=128.
     "sm90": Family(
         "sm90",
         90,
         (64, 96, 128, 192, 256),
-        {"fwd": ("sm90/fwd_launch.h", "run_mha_fwd_sm90", "Flash_fwd_params")},
+        {
+            "fwd": ("sm90/fwd_launch.h", "run_mha_fwd_sm90", "Flash_fwd_params"),
+            "bwd": ("sm90/bwd_launch.h", "run_mha_bwd_sm90", "Flash_bwd_params"),
+        },
+        {"bwd": (128,)},
     ),
 }
 
@@ -77,7 +85,7 @@ def _name(family, direction, hdim, dtype, causal):
 def _all_kernels(families, hdims, dtypes):
     for family in families:
         for direction in family.launchers:
-            for hdim in family.built_head_dims(hdims):
+            for hdim in family.built_head_dims(hdims, direction):
                 for dtype in dtypes:
                     for causal in (False, True):
                         yield family, direction, hdim, dtype, causal

@@ -75,8 +75,8 @@ const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::T
         fwd_params(p, options, q_read, copy_if_misaligned(k), copy_if_misaligned(v), q_read, softmax_lse), p.sm));
 }
 
-// The backward runs on the FA2 family. dk and dv of MQA/GQA are sums over the query heads of each
-// group, computed per query head by the kernel and reduced here.
+// The backward runs on the family bwd_family picks. dk and dv of MQA/GQA are sums over the query
+// heads of each group, computed per query head by the kernels and reduced here.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     const at::Tensor &dout_in, const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
     const at::Tensor &out_in, const at::Tensor &softmax_lse, const std::optional<at::Tensor> &cu_seqlens_q,
@@ -96,12 +96,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
                       "softmax_lse must be a contiguous float32 tensor of shape ", at::IntArrayRef(p.lse_shape()),
                       " on the device of q");
     at::cuda::CUDAGuard device_guard{q.device()};
-
-    const int smem_needed = flash::sm80::bwd_smem_bytes(p.head_dim);
-    TORCH_CHECK(static_cast<size_t>(smem_needed) <= p.props->sharedMemPerBlockOptin,
-                "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,
-                " KB of shared memory per block; this GPU (sm", p.sm, ") allows ",
-                p.props->sharedMemPerBlockOptin / 1024, " KB");
 
     auto output = [&](const std::optional<at::Tensor> &given, const char *name, const at::Tensor &like) {
         if (!given.has_value()) {
@@ -139,10 +133,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
 
     Flash_bwd_params params = bwd_params(p, options, q, k, v, out, softmax_lse, dout, dq, dk_expanded, dv_expanded);
     set_bwd_dropout(params, rng_state, q);
-    const BwdWorkspace ws = flash::sm80::bwd_workspace(params, options.deterministic);
+    const Family family = bwd_family(params, p.sm, options.deterministic);
+    if (family == Family::kSm80) {
+        const int smem_needed = flash::sm80::bwd_smem_bytes(p.head_dim);
+        TORCH_CHECK(static_cast<size_t>(smem_needed) <= p.props->sharedMemPerBlockOptin,
+                    "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,
+                    " KB of shared memory per block; this GPU (sm", p.sm, ") allows ",
+                    p.props->sharedMemPerBlockOptin / 1024, " KB");
+    }
+    const BwdWorkspace ws = bwd_workspace(family, params, options.deterministic);
     const auto f32 = q.options().dtype(at::kFloat);
     const at::Tensor dq_accum = at::empty({ws.dq_accum_floats}, f32);
     const at::Tensor softmax_d = at::empty({ws.softmax_d_floats}, f32);
+    const at::Tensor lse_log2 = at::empty({ws.lse_log2_floats}, f32);
     at::Tensor dq_semaphore;
     if (ws.semaphore_ints > 0) {
         dq_semaphore = at::zeros({ws.semaphore_ints}, q.options().dtype(at::kInt));
@@ -150,8 +153,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     params.accum_rows = ws.accum_rows;
     params.dq_accum_ptr = dq_accum.data_ptr<float>();
     params.softmax_d_ptr = softmax_d.data_ptr<float>();
+    params.softmax_lse_log2_ptr = ws.lse_log2_floats > 0 ? lse_log2.data_ptr<float>() : nullptr;
     params.dq_semaphore_ptr = dq_semaphore.defined() ? dq_semaphore.data_ptr<int>() : nullptr;
 
-    check_launch(flash::sm80::run_bwd(params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
+    check_launch(run_bwd(family, params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
     return finish();
 }

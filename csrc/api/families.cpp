@@ -63,3 +63,34 @@ bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream) {
     TORCH_INTERNAL_ASSERT(family == Family::kSm80);
     return flash::sm80::run_fwd(params, stream);
 }
+
+Family bwd_family([[maybe_unused]] const Flash_bwd_params &params, [[maybe_unused]] int sm,
+                  [[maybe_unused]] bool deterministic) {
+    const bool sm80_only = sm80_forced();
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (sm == 90 && !sm80_only && flash::sm90::supports_bwd(params, deterministic)) {
+        return Family::kSm90;
+    }
+#endif
+    return Family::kSm80;
+}
+
+BwdWorkspace bwd_workspace(Family family, const Flash_bwd_params &params, bool deterministic) {
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (family == Family::kSm90) {
+        return flash::sm90::bwd_workspace(params);
+    }
+#endif
+    TORCH_INTERNAL_ASSERT(family == Family::kSm80);
+    return flash::sm80::bwd_workspace(params, deterministic);
+}
+
+bool run_bwd(Family family, Flash_bwd_params &params, cudaStream_t stream) {
+#ifdef FLASH_ATTN_FAMILY_SM90
+    if (family == Family::kSm90) {
+        return flash::sm90::run_bwd(params, stream);
+    }
+#endif
+    TORCH_INTERNAL_ASSERT(family == Family::kSm80);
+    return flash::sm80::run_bwd(params, stream);
+}

@@ -30,3 +30,14 @@ size_t fwd_workspace_bytes(Family family, const Flash_fwd_params &params);
 // Launches the forward on family; false if the build has no kernel for the params' element type
 // and head dim there.
 bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream);
+
+// The family that runs this backward: the Hopper family where it is built, the GPU is sm90 and it
+// supports the problem (sm90/family.h), else the FA2 family; FLASH_ATTN_CUDA_FAMILY=sm80 forces
+// the FA2 family as for the forward.
+Family bwd_family(const Flash_bwd_params &params, int sm, bool deterministic);
+
+// The scratch buffers the backward on family needs.
+BwdWorkspace bwd_workspace(Family family, const Flash_bwd_params &params, bool deterministic);
+
+// Launches the backward on family; false if the build has no kernel for the params there.
+bool run_bwd(Family family, Flash_bwd_params &params, cudaStream_t stream);

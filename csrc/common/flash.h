@@ -109,6 +109,9 @@ struct Flash_bwd_params : Flash_fwd_params {
     float *__restrict__ dq_accum_ptr;
     // (batch, nheads, accum_rows) fp32 (varlen: (nheads, accum_rows)): D = rowsum(dO * O).
     float *__restrict__ softmax_d_ptr;
+    // Laid out as softmax_d, where the family asked for it (BwdWorkspace::lse_log2_floats > 0):
+    // softmax_lse * log2(e), +inf in the rows past each sequence. Else null.
+    float *__restrict__ softmax_lse_log2_ptr;
     // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
     // deterministic: KV block j adds into a Q block once the count there reaches j's place among
     // the KV blocks of that Q block's range (common/block_range.h). Else null.
@@ -116,11 +119,13 @@ struct Flash_bwd_params : Flash_fwd_params {
 };
 
 // The scratch memory a family's backward needs, which the API allocates: the sizes of the buffers
-// behind dq_accum_ptr, softmax_d_ptr and (when deterministic) dq_semaphore_ptr, the last zeroed.
+// behind dq_accum_ptr, softmax_d_ptr, softmax_lse_log2_ptr (0: none) and (when deterministic)
+// dq_semaphore_ptr, the last zeroed.
 struct BwdWorkspace {
     int accum_rows;
     int64_t dq_accum_floats;
     int64_t softmax_d_floats;
+    int64_t lse_log2_floats;
     int64_t semaphore_ints;
 };
 

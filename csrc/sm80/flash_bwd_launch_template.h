@@ -4,11 +4,11 @@
 
 #include <cute/tensor.hpp>
 
-#include "sm80/bwd_tile_config.h"
+#include "common/bwd_preprocess.h"
 #include "common/flash.h"
+#include "sm80/bwd_tile_config.h"
 #include "sm80/flash_bwd_kernel.h"
 #include "sm80/flash_bwd_postprocess_kernel.h"
-#include "sm80/flash_bwd_preprocess_kernel.h"
 #include "sm80/kernel_traits.h"
 #include "sm80/launch.h"
 

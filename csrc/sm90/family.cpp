@@ -11,20 +11,51 @@ namespace flash::sm90 {
 // Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
 // family: a TMA descriptor cannot describe them. So do dropout's probabilities (return_attn_probs),
 // which this family does not write, and dropout at head dims whose KV blocks are not 64-key multiples.
+namespace {
+
+bool describable(int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; }
+
+bool describable_rows(const Flash_fwd_params &params) {
+    const bool varlen = params.cu_seqlens_q != nullptr;
+    const int rows_q = varlen ? params.total_q : params.seqlen_q, rows_k = varlen ? params.total_k : params.seqlen_k;
+    return describable(params.q_row_stride, rows_q) && describable(params.o_row_stride, rows_q) &&
+           describable(params.k_row_stride, rows_k) && describable(params.v_row_stride, rows_k);
+}
+
+}  // namespace
+
 bool supports_fwd(const Flash_fwd_params &params) {
     if (has_dropout(params) && (params.return_softmax || !sm90_fwd_supports_dropout(params.head_dim))) {
         return false;
     }
-    const bool varlen = params.cu_seqlens_q != nullptr;
-    const int rows_q = varlen ? params.total_q : params.seqlen_q, rows_k = varlen ? params.total_k : params.seqlen_k;
-    auto describable = [](int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; };
-    if (!describable(params.q_row_stride, rows_q) || !describable(params.o_row_stride, rows_q) ||
-        !describable(params.k_row_stride, rows_k) || !describable(params.v_row_stride, rows_k)) {
+    if (!describable_rows(params)) {
         return false;
     }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {
         return dispatch_head_dim<FLASH_ATTN_SM90_HDIMS>(params.head_dim, []<int>() {});
     });
+}
+
+bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
+    if (deterministic || params.cu_seqlens_q != nullptr || has_dropout(params) || has_score_mod(params) ||
+        !describable_rows(params) || !describable(params.do_row_stride, params.seqlen_q)) {
+        return false;
+    }
+    return dispatch_element(params.is_bf16, [&]<typename Element>() {
+        return dispatch_head_dim<FLASH_ATTN_SM90_BWD_HDIMS>(params.head_dim, []<int>() {});
+    });
+}
+
+// Rows rounded up to the backward's 64-row Q blocks per (batch, head), so that every Q block's
+// row statistics start 256-byte aligned for the bulk copies (bwd_producer.h).
+BwdWorkspace bwd_workspace(const Flash_bwd_params &params) {
+    constexpr int kBlockM = 64;
+    BwdWorkspace ws{};
+    ws.accum_rows = (params.seqlen_q + kBlockM - 1) / kBlockM * kBlockM;
+    ws.softmax_d_floats = int64_t(params.batch) * params.num_heads * ws.accum_rows;
+    ws.lse_log2_floats = ws.softmax_d_floats;
+    ws.dq_accum_floats = ws.softmax_d_floats * params.head_dim;
+    return ws;
 }
 
 size_t fwd_workspace_bytes(const Flash_fwd_params &params) { return fwd_workspace_size(params.is_causal); }
@@ -34,6 +65,15 @@ bool run_fwd(Flash_fwd_params &params, cudaStream_t stream) {
         return dispatch_head_dim<FLASH_ATTN_SM90_HDIMS>(params.head_dim, [&]<int kHeadDim>() {
             (params.is_causal ? run_mha_fwd_sm90<Element, kHeadDim, true>
                               : run_mha_fwd_sm90<Element, kHeadDim, false>)(params, stream);
+        });
+    });
+}
+
+bool run_bwd(Flash_bwd_params &params, cudaStream_t stream) {
+    return dispatch_element(params.is_bf16, [&]<typename Element>() {
+        return dispatch_head_dim<FLASH_ATTN_SM90_BWD_HDIMS>(params.head_dim, [&]<int kHeadDim>() {
+            (params.is_causal ? run_mha_bwd_sm90<Element, kHeadDim, true>
+                              : run_mha_bwd_sm90<Element, kHeadDim, false>)(params, stream);
         });
     });
 }

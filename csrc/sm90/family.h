@@ -1,5 +1,5 @@
-// The Hopper family (sm_90a: TMA, wgmma, warp specialization), as the API sees it: the forward
-// only; the backward and what this family does not support run on the FA2 family.
+// The Hopper family (sm_90a: TMA, wgmma, warp specialization), as the API sees it: the forward,
+// and the backward at d=128; what this family does not support runs on the FA2 family.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,5 +19,15 @@ size_t fwd_workspace_bytes(const Flash_fwd_params &params);
 
 // Launch the forward on stream; false if this build has no kernel for the params.
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream);
+
+// Whether this build's backward serves the params: padded (not varlen) problems without score mod
+// or dropout, whose dQ accumulation need not be deterministic, at a head dim it is built for.
+bool supports_bwd(const Flash_bwd_params &params, bool deterministic);
+
+// The scratch buffers the backward of params needs.
+BwdWorkspace bwd_workspace(const Flash_bwd_params &params);
+
+// Launch the backward on stream; false if this build has no kernel for the params.
+bool run_bwd(Flash_bwd_params &params, cudaStream_t stream);
 
 }  // namespace flash::sm90

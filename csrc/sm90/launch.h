@@ -9,3 +9,7 @@
 
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream);
+
+// The backward launcher, instantiated the same way; defined in sm90/bwd_launch.h.
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream);

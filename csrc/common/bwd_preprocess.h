@@ -1,6 +1,10 @@
-// Algorithm 2 lines 3-4, before the main backward kernel: D = rowsum(dO o O) in fp32 and a
-// zeroed fp32 dQ accumulator, for each sequence's rows rounded up to a multiple of kBlockM.
+// Algorithm 2 lines 3-4, before either family's main backward kernel: D = rowsum(dO o O) in fp32
+// and a zeroed fp32 dQ accumulator, for each sequence's rows rounded up to a multiple of kBlockM;
+// where softmax_lse_log2_ptr is set (the Hopper backward), the logsumexp times log2(e) in the same
+// rows, +inf past the sequence (so that those rows' P is 0).
 #pragma once
+
+#include <cmath>
 
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
@@ -63,6 +67,11 @@ __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel
         const int64_t accum_row = binfo.accum_row0<kBlockM>(params, bidh) + row;
         if (col == 0) {
             params.softmax_d_ptr[accum_row] = dot;
+            if (params.softmax_lse_log2_ptr != nullptr) {
+                params.softmax_lse_log2_ptr[accum_row] =
+                    row < binfo.seqlen_q ? params.softmax_lse_ptr[binfo.lse_row0(params, bidh) + row] * float(M_LOG2E)
+                                         : INFINITY;
+            }
         }
         float4 *dq = reinterpret_cast<float4 *>(params.dq_accum_ptr + accum_row * kHeadDim + col);
         for (int i = 0; i < Chunks::kElems / 4; ++i) {

@@ -1,0 +1,176 @@
+// A consumer warpgroup of the Hopper backward: for each Q block that sees the block's keys,
+// Algorithm 2 lines 9-19 on its 64 keys, transposed (bwd_kernel_traits.h): S^T and dP^T by wgmma,
+// P^T and dS^T in registers, dV and dK accumulated in registers, dQ's partial sum over the block's
+// keys added to the fp32 accumulator in global memory by a bulk reduction (bwd_dq.h). Then dK and
+// dV out (line 21).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "sm90/bwd_block.h"
+#include "sm90/bwd_dq.h"
+#include "sm90/bwd_params.h"
+#include "sm90/wgmma_utils.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// rows x cols accumulator entries (identity coordinates coord) of a (keys, head dim) tile out to a
+// row-major global tensor, scaled, keys from key0 on, those at or past seqlen_k dropped.
+template <class Element, class Acc, class Coord>
+__device__ __forceinline__ void store_key_rows(Acc const &acc, Coord const &coord, float scale, Element *ptr,
+                                               int64_t row_stride, int key0, int seqlen_k) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {  // entries 2i and 2i + 1: adjacent columns of one row
+        const int key = key0 + get<0>(coord(i));
+        if (key < seqlen_k) {
+            cutlass::NumericArrayConverter<Element, float, 2> to_element;
+            const cutlass::Array<float, 2> pair{acc(i) * scale, acc(i + 1) * scale};
+            *reinterpret_cast<cutlass::Array<Element, 2> *>(ptr + key * row_stride + get<1>(coord(i))) =
+                to_element(pair);
+        }
+    }
+}
+
+template <class Traits, bool kIsCausal>
+__device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, typename Traits::SharedStorage &shared,
+                                             typename Traits::PipelineQ &pipeline_q,
+                                             typename Traits::PipelineQ &pipeline_do, int ctid) {
+    using Element = typename Traits::Element;
+    using BlockM = typename Traits::BlockM;
+    using BlockN = typename Traits::BlockN;
+    using HeadDim = typename Traits::HeadDim;
+    Flash_bwd_params const &params = kp.params;
+    const BwdBlock<Traits, kIsCausal> block(params);
+    const int warpgroup = ctid / 128;
+
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(shared.d_o.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdOt = make_tensor(make_smem_ptr(shared.d_o.data()), typename Traits::SmemLayoutQt{});
+    Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(shared.k.data()), typename Traits::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Traits::SmemLayoutK{});
+    Tensor sDs = make_tensor(make_smem_ptr(shared.ds.data()), typename Traits::SmemLayoutDs{});
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaDKV mma_dkv;
+    typename Traits::TiledMmaDQ mma_dq;
+    auto thr_sdp = mma_sdp.get_thread_slice(ctid);
+    auto thr_dkv = mma_dkv.get_thread_slice(ctid);
+    auto thr_dq = mma_dq.get_thread_slice(ctid);
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK(_, _, _0{}));  // (MMA, 1, MMA_K): this warpgroup's keys
+    Tensor tSrV = thr_sdp.partition_fragment_A(sV(_, _, _0{}));
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, 1, MMA_K, stage)
+    Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, MMA_K, stage)
+    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrDs = thr_dq.partition_fragment_A(sDs);   // (MMA, 1, MMA_K, buffer)
+    Tensor tdQrKt = thr_dq.partition_fragment_B(sKt(_, _, _0{}));  // this warpgroup's columns
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));  // (key, query)
+    Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+
+    Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+    Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+    clear(acc_dk);
+    clear(acc_dv);
+
+    const BlockRange &m_blocks = block.m_blocks;
+    const int col0 = block.col0();
+    if (m_blocks.begin < m_blocks.end) {
+        cutlass::arch::ClusterTransactionBarrier::wait(&shared.kv_full, 0);
+        float *dq_accum = params.dq_accum_ptr +
+                          block.binfo.template accum_row0<Traits::kBlockM>(params, block.bidh) * Traits::kHeadDim;
+        DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
+        typename Traits::PipelineState q_state, do_state;
+        int ds_buffer = 0;
+        for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
+            const int row0 = m_block * Traits::kBlockM;
+            Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+            Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+
+            // Lines 9 and 11: S^T = K Q^T, dP^T = V dO^T.
+            pipeline_q.consumer_wait(q_state);
+            wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, q_state.index()), acc_s);
+            pipeline_do.consumer_wait(do_state);
+            wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
+
+            // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
+            // sequence, whose P is then 0), masked entries 0.
+            warpgroup_wait<1>();
+            warpgroup_fence_operand(acc_s);
+            if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_s); ++i) {
+                    if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
+                        acc_s(i) = -INFINITY;
+                    }
+                }
+            }
+            float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_s); ++i) {
+                acc_s(i) = exp2f(acc_s(i) * params.softmax_scale_log2 - lse_log2[get<1>(tScS(i))]);
+            }
+
+            // Line 13: dS^T = P^T o (dP^T - D).
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_dp);
+            float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_dp); ++i) {
+                acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+            }
+            Tensor p = make_tensor<Element>(acc_s.layout());
+            Tensor ds = make_tensor<Element>(acc_dp.layout());
+            convert(acc_s, p);
+            convert(acc_dp, ds);
+
+            // Lines 12 and 16: dV += P^T dO, dK += dS^T Q (scaled at the end).
+            warpgroup_fence_operand(p);
+            warpgroup_fence_operand(ds);
+            wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(p.data(), acc_as_operand_a(p.layout())),
+                                            tdVrdOt(_, _, _, do_state.index()), acc_dv);
+            wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(ds.data(), acc_as_operand_a(ds.layout())),
+                                            tdKrQt(_, _, _, q_state.index()), acc_dk);
+
+            // Line 15: dQ_i += dS K over this block's keys, dS^T of both warpgroups through shared
+            // memory. Two buffers: a warpgroup writes this one only after both have passed the
+            // barrier of the previous Q block, so after both waited for their dQ GEMM before it.
+            CUTE_UNROLL
+            for (int i = 0; i < size(ds); ++i) {
+                sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
+            }
+            cutlass::arch::fence_view_async_shared();
+            cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
+            Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+            wgmma_gemm</*kZeroInit=*/true>(mma_dq, tdQrDs(_, _, _, ds_buffer), tdQrKt, acc_dq);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            warpgroup_fence_operand(acc_dq);
+            warpgroup_fence_operand(p);
+            warpgroup_fence_operand(ds);
+            pipeline_q.consumer_release(q_state);
+            pipeline_do.consumer_release(do_state);
+            ++q_state;
+            ++do_state;
+            ds_buffer ^= 1;
+            dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim);
+        }
+        dq_out.finish();
+    }
+
+    // Line 21: dK (with the softmax scale the S above left out) and dV of this warpgroup's keys;
+    // zeros for keys that no query sees.
+    const int64_t head_k = int64_t(block.bidb) * params.dk_batch_stride + int64_t(block.bidh) * params.dk_head_stride;
+    const int64_t head_v = int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
+    store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, static_cast<Element *>(params.dk_ptr) + head_k,
+                   params.dk_row_stride, col0, block.binfo.seqlen_k);
+    store_key_rows(acc_dv, tdKVcdKV, 1.f, static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0,
+                   block.binfo.seqlen_k);
+}
+
+}  // namespace flash::sm90

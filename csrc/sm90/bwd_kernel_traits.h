@@ -1,0 +1,121 @@
+// Compile-time shape of the Hopper backward: warp roles, wgmma atoms, shared-memory layouts,
+// pipelines and TMA copy types for one (element type, head dim).
+//
+// A block owns kBlockN keys of one (batch, head), K_j and V_j in shared memory for its whole life,
+// and walks the Q blocks that see them (Algorithm 2, lines 6-7 onwards, the loops swapped as in the
+// paper's backward). Each consumer warpgroup owns 64 of the keys and computes with them transposed,
+// S^T = K Q^T and dP^T = V dO^T (keys along wgmma's M), so that P^T and dS^T leave the accumulator
+// as the register A operands of dV += P^T dO and dK += dS^T Q. dQ = dS K needs dS with the queries
+// along M: dS^T goes through shared memory, and the two warpgroups split dQ's columns.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/gemm/collective/builders/sm90_common.inl>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+// Named barriers of the backward's consumers (CUTLASS offsets the ids past its reserved ones).
+enum class BwdBarrier : uint32_t {
+    kDsWritten = 0,          // both consumer warpgroups: dS^T of this Q block is in shared memory
+    kDqStagingOfWarpgroup0 = 1,  // per warpgroup: its dQ staging buffer (1 and 2)
+};
+
+template <typename Element_, int kHeadDim_>
+struct BwdKernelTraits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = 64;   // query rows per step
+    static constexpr int kBlockN = 128;  // keys per block, 64 per consumer warpgroup
+    static constexpr int kStages = 2;    // Q and dO buffers
+    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "registers: dK and dV live in the consumers");
+
+    static constexpr int kNumConsumerWarpgroups = 2;
+    static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
+    static constexpr int kNumThreads = kNumConsumerThreads + 128;
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+
+    using BlockM = Int<kBlockM>;
+    using BlockN = Int<kBlockN>;
+    using HeadDim = Int<kHeadDim>;
+
+    // S^T = K Q^T and dP^T = V dO^T: (keys, queries), both operands K-major in shared memory.
+    using TiledMmaSdP = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>>(), Layout<Shape<_2, _1, _1>>{}));
+    // dV += P^T dO and dK += dS^T Q: (keys, head dim), A from registers, dO and Q read as MN-major
+    // (head dim, queries) views.
+    using TiledMmaDKV = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K, GMMA::Major::MN>(),
+        Layout<Shape<_2, _1, _1>>{}));
+    // dQ = dS K: (queries, head dim), dS from the MN-major (queries, keys) buffer, K as the
+    // MN-major (head dim, keys) view; warpgroup w computes columns [w, w + 1) * kHeadDim / 2.
+    using TiledMmaDQ = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BlockN>, GMMA::Major::MN,
+                             GMMA::Major::MN>(),
+        Layout<Shape<_1, _2, _1>>{}));
+
+    // Rows-by-head-dim buffers, K-major as the TMA writes them; the MN-major (head dim, rows) views
+    // of the same bytes tile the swizzle atoms along the rows first, as the K-major layout does.
+    template <int kRows, int kDepth>
+    using SmemRows = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, Int<kRows>, HeadDim>(),
+        Shape<Int<kRows>, HeadDim, Int<kDepth>>{}));
+    template <int kRows, int kDepth>
+    using SmemRowsT = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, HeadDim, Int<kRows>>(),
+        Shape<HeadDim, Int<kRows>, Int<kDepth>>{}, Step<_2, _1, _3>{}));
+    using SmemLayoutQ = SmemRows<kBlockM, kStages>;   // Q and dO
+    using SmemLayoutQt = SmemRowsT<kBlockM, kStages>;
+    using SmemLayoutK = SmemRows<kBlockN, 1>;         // K and V
+    using SmemLayoutKt = SmemRowsT<kBlockN, 1>;
+    // dS^T as dQ's A: (queries, keys), queries contiguous; two buffers (see the consumer).
+    using SmemLayoutDs = decltype(tile_to_shape(
+        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, BlockM, BlockN>(),
+        Shape<BlockM, BlockN, _2>{}));
+
+    using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+    using PipelineState = typename PipelineQ::PipelineState;
+
+    static constexpr uint32_t kRowsBytes = kBlockM * kHeadDim * sizeof(Element);
+    static constexpr uint32_t kRowStatBytes = kBlockM * sizeof(float);
+    // Each Q (dO) stage brings the Q block's log2-scaled logsumexp (D = rowsum(dO o O)) along.
+    static constexpr uint32_t kStageBytes = kRowsBytes + kRowStatBytes;
+    static constexpr uint32_t kKVBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
+    // One warpgroup's dQ partial in fp32, in its register order (bwd_dq.h).
+    static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / kNumConsumerWarpgroups;
+
+    struct SharedStorage {
+        // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
+        cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+        cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> v;
+        cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+        cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> d_o;
+        cute::array_aligned<Element, cosize_v<SmemLayoutDs>, 1024> ds;
+        cute::array_aligned<float, kDqWarpgroupFloats * kNumConsumerWarpgroups, 128> dq;
+        cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
+        cute::array_aligned<float, kBlockM * kStages, 16> dot_do_o;  // D
+        typename PipelineQ::SharedStorage pipeline_q;
+        typename PipelineQ::SharedStorage pipeline_do;
+        uint64_t kv_full;  // K and V landed (TMA transaction barrier)
+    };
+    static constexpr int kSmemBytes = sizeof(SharedStorage);
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
+
+    // Global tensors as the TMA sees them: (seqlen, head dim, heads, batch).
+    using ShapeRows = Shape<int32_t, HeadDim, int32_t, int32_t>;
+    using StrideRows = Stride<int64_t, _1, int64_t, int64_t>;
+    using TmaRows = decltype(make_tma_copy(
+        SM90_TMA_LOAD{},
+        make_tensor(make_gmem_ptr(static_cast<Element const *>(nullptr)), ShapeRows{}, StrideRows{}),
+        SmemLayoutQ{}(_, _, _0{})));
+    using TmaKV = decltype(make_tma_copy(
+        SM90_TMA_LOAD{},
+        make_tensor(make_gmem_ptr(static_cast<Element const *>(nullptr)), ShapeRows{}, StrideRows{}),
+        SmemLayoutK{}(_, _, _0{})));
+};
+
+}  // namespace flash::sm90

@@ -1,0 +1,43 @@
+// Host entry of the Hopper backward: the preprocess (common/bwd_preprocess.h), the main kernel
+// over (KV block, head, batch), the dQ postprocess.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+
+#include "common/bwd_preprocess.h"
+#include "common/flash.h"
+#include "sm90/bwd_kernel.h"
+#include "sm90/bwd_kernel_traits.h"
+#include "sm90/bwd_params.h"
+
+// Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()
+// for the caller to report; nothing after a failed launch is started.
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
+    using Traits = flash::sm90::BwdKernelTraits<Element, kHeadDim>;
+    constexpr int kBlockM = Traits::kBlockM;
+    using Chunks = flash::RowChunks<Element, kHeadDim>;
+    const int m_blocks = cute::ceil_div(params.seqlen_q, kBlockM);
+    const dim3 grid_pre(cute::ceil_div(m_blocks * kBlockM, Chunks::kRowsPerBlock), params.batch, params.num_heads);
+    flash::flash_bwd_preprocess_kernel<Element, kHeadDim, kBlockM>
+        <<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
+    if (cudaPeekAtLastError() != cudaSuccess) {
+        return;
+    }
+
+    auto kernel = &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) != cudaSuccess) {
+        return;
+    }
+    const dim3 grid(cute::ceil_div(params.seqlen_k, Traits::kBlockN), params.num_heads, params.batch);
+    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
+        flash::sm90::make_bwd_kernel_params<Traits>(params));
+    if (cudaPeekAtLastError() != cudaSuccess) {
+        return;
+    }
+
+    const dim3 grid_post(m_blocks, params.num_heads, params.batch);
+    flash::sm90::flash_bwd_sm90_postprocess_kernel<Traits><<<grid_post, Traits::kNumConsumerThreads, 0, stream>>>(params);
+}

@@ -1,0 +1,48 @@
+// The Hopper backward's kernel argument: the API's parameters plus the TMA descriptors of Q, dO, K
+// and V, built on the host from those parameters.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/flash.h"
+#include "sm90/tma_tensors.h"
+
+namespace flash::sm90 {
+
+using namespace cute;
+
+template <class Traits>
+struct BwdKernelParams {
+    Flash_bwd_params params;
+    typename Traits::TmaRows tma_q, tma_do;
+    typename Traits::TmaKV tma_k, tma_v;
+    typename Traits::ShapeRows shape_q, shape_do, shape_k, shape_v;
+};
+
+// Padded (not varlen) problems only: family.cpp routes varlen to the FA2 family.
+template <class Traits>
+BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
+    using Element = typename Traits::Element;
+    GmemRows q{p.q_ptr, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.num_heads, p.batch};
+    GmemRows d_o{p.do_ptr, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride, p.num_heads, p.batch};
+    GmemRows k{p.k_ptr, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, p.batch};
+    GmemRows v{p.v_ptr, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, p.batch};
+    auto lq = tma_rows_layout<Traits>(q);
+    auto ldo = tma_rows_layout<Traits>(d_o);
+    auto lk = tma_rows_layout<Traits>(k);
+    auto lv = tma_rows_layout<Traits>(v);
+    auto gmem = [](void *ptr, auto layout) {
+        return make_tensor(make_gmem_ptr(static_cast<Element const *>(ptr)), layout);
+    };
+    return {p,
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(q.ptr, lq), typename Traits::SmemLayoutQ{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(d_o.ptr, ldo), typename Traits::SmemLayoutQ{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(v.ptr, lv), typename Traits::SmemLayoutK{}(_, _, _0{})),
+            lq.shape(),
+            ldo.shape(),
+            lk.shape(),
+            lv.shape()};
+}
+
+}  // namespace flash::sm90
