@@ -108,3 +108,16 @@ if 64 in built["head_dims"]:
     flash_attn_func(q, k, torch.randn_like(k), causal=True)
     torch.cuda.synchronize()
     print("causal, 3 warpgroups d=64: ok")
+
+# The Hopper backward (d = 64 and 128, not deterministic, no score mod or dropout): several Q blocks
+# per KV block, so that its dS and dQ staging buffers are reused, a partial last KV block, GQA.
+for head_dim in (64, 128):
+    if head_dim in built["head_dims"]:
+        for causal in (False, True):
+            q = torch.randn(2, 300, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(2, 200, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn_like(k, requires_grad=True)
+            out = flash_attn_func(q, k, v, causal=causal)
+            out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            print(f"Hopper backward d={head_dim} causal={causal}: ok")

@@ -40,9 +40,9 @@ requires_gpu = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_
 
 @pytest.fixture(params=["sm80", "sm90"])
 def kernel_family(request, monkeypatch):
-    """Runs a test once per kernel family serving the forward: sm80 forced through
-    FLASH_ATTN_CUDA_FAMILY; sm90 (the default where it is built and the GPU is sm90), else skipped.
-    The backward always runs on sm80, from the forward's out and lse."""
+    """Runs a test once per kernel family: sm80 forced through FLASH_ATTN_CUDA_FAMILY (forward and
+    backward); sm90 (the default where it is built and the GPU is sm90: the forward, and the
+    backward where it supports the problem, the FA2 family's otherwise), else skipped."""
     if request.param == "sm80":
         monkeypatch.setenv("FLASH_ATTN_CUDA_FAMILY", "sm80")
     elif gpu_skip_reason() is None:

@@ -60,15 +60,20 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     typename Traits::TiledMmaDQ mma_dq;
     auto thr_sdp = mma_sdp.get_thread_slice(ctid);
     auto thr_dkv = mma_dkv.get_thread_slice(ctid);
-    auto thr_dq = mma_dq.get_thread_slice(ctid);
+    auto thr_dq = mma_dq.get_thread_slice(ctid % Traits::kDqThreads);
     Tensor tSrK = thr_sdp.partition_fragment_A(sK(_, _, _0{}));  // (MMA, 1, MMA_K): this warpgroup's keys
     Tensor tSrV = thr_sdp.partition_fragment_A(sV(_, _, _0{}));
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, 1, MMA_K, stage)
     Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
     Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, MMA_K, stage)
     Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrDs = thr_dq.partition_fragment_A(sDs);   // (MMA, 1, MMA_K, buffer)
-    Tensor tdQrKt = thr_dq.partition_fragment_B(sKt(_, _, _0{}));  // this warpgroup's columns
+    // dQ's keys for this warpgroup: all of them (split columns), or its own.
+    using DqKeys = Int<Traits::kDqKeys>;
+    const int dq_key_block = Traits::kDqSplitColumns ? 0 : warpgroup;
+    Tensor tdQrDs = thr_dq.partition_fragment_A(
+        local_tile(sDs, Shape<BlockM, DqKeys, _2>{}, make_coord(_0{}, dq_key_block, _0{})));  // (MMA, 1, MMA_K, buffer)
+    Tensor tdQrKt = thr_dq.partition_fragment_B(
+        local_tile(sKt(_, _, _0{}), Shape<HeadDim, DqKeys>{}, make_coord(_0{}, dq_key_block)));
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));  // (key, query)
     Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
 
@@ -136,15 +141,20 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(ds.data(), acc_as_operand_a(ds.layout())),
                                             tdKrQt(_, _, _, q_state.index()), acc_dk);
 
-            // Line 15: dQ_i += dS K over this block's keys, dS^T of both warpgroups through shared
-            // memory. Two buffers: a warpgroup writes this one only after both have passed the
-            // barrier of the previous Q block, so after both waited for their dQ GEMM before it.
+            // Line 15: dQ_i += dS K over this block's keys, dS^T through shared memory (of both
+            // warpgroups where they split the columns). Two buffers: a warpgroup writes this one
+            // only after both have passed the barrier of the previous Q block, so after both
+            // waited for their dQ GEMM before it.
             CUTE_UNROLL
             for (int i = 0; i < size(ds); ++i) {
                 sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
             }
             cutlass::arch::fence_view_async_shared();
-            cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
+            if constexpr (Traits::kDqSplitColumns) {
+                cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
+            } else {
+                dq_out.sync();
+            }
             Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
             wgmma_gemm</*kZeroInit=*/true>(mma_dq, tdQrDs(_, _, _, ds_buffer), tdQrKt, acc_dq);
             warpgroup_wait<0>();

@@ -3,7 +3,8 @@
 // goes through shared memory in its register order, value pair p of thread t at
 // p * 256 + 2 t (so that a warp's stores cover 256 contiguous bytes), and one thread adds the
 // whole staging buffer with one bulk reduction (cp.reduce.async.bulk). The accumulator keeps that
-// order: Q block i of (batch, head) holds warpgroup 0's partial, then warpgroup 1's.
+// order: Q block i of (batch, head) holds warpgroup 0's partial, then warpgroup 1's, where they
+// split the columns; else both add into the one partial (bwd_kernel_traits.h, kDqSplitColumns).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -42,7 +43,7 @@ struct DqReduction {
         cutlass::arch::fence_view_async_shared();
         sync();
         if (thread == 0) {
-            float *partial = dst + warpgroup * Traits::kDqWarpgroupFloats;
+            float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
             asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                          :
                          : "l"(partial), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(staging))),
@@ -59,7 +60,7 @@ struct DqReduction {
         }
     }
 
-private:
+    // The 128 threads of this warpgroup.
     __device__ __forceinline__ void sync() const {
         cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDqStagingOfWarpgroup0) + warpgroup);
     }

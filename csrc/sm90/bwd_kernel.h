@@ -53,10 +53,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 }
 
 // dQ = softmax_scale * the accumulated dS K (Algorithm 2 line 15's sums), in dq's dtype: one block
-// of 256 threads per Q block, each thread reading back the values it held in the main kernel's
-// register order (bwd_dq.h).
+// of kDqThreads threads per Q block, each thread reading back the values it held in the main
+// kernel's register order (bwd_dq.h).
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNumConsumerThreads)
+__global__ void __launch_bounds__(Traits::kDqThreads)
     flash_bwd_sm90_postprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Traits::Element;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Traits::kNumConsumerThreads)
     const int row0 = m_block * Traits::kBlockM;
     float const *partial = params.dq_accum_ptr +
                            (binfo.template accum_row0<Traits::kBlockM>(params, bidh) + row0) * Traits::kHeadDim +
-                           threadIdx.x / 128 * Traits::kDqWarpgroupFloats;
+                           (Traits::kDqSplitColumns ? threadIdx.x / 128 * Traits::kDqWarpgroupFloats : 0);
     Element *dq = static_cast<Element *>(params.dq_ptr) + int64_t(bidb) * params.dq_batch_stride +
                   int64_t(bidh) * params.dq_head_stride;
     CUTE_UNROLL

@@ -6,7 +6,8 @@
 // paper's backward). Each consumer warpgroup owns 64 of the keys and computes with them transposed,
 // S^T = K Q^T and dP^T = V dO^T (keys along wgmma's M), so that P^T and dS^T leave the accumulator
 // as the register A operands of dV += P^T dO and dK += dS^T Q. dQ = dS K needs dS with the queries
-// along M: dS^T goes through shared memory, and the two warpgroups split dQ's columns.
+// along M: dS^T goes through shared memory; the two warpgroups split dQ's columns (d >= 128), or
+// each adds its own keys' share of all of them (d = 64).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -52,11 +53,18 @@ struct BwdKernelTraits {
         GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K, GMMA::Major::MN>(),
         Layout<Shape<_2, _1, _1>>{}));
     // dQ = dS K: (queries, head dim), dS from the MN-major (queries, keys) buffer, K as the
-    // MN-major (head dim, keys) view; warpgroup w computes columns [w, w + 1) * kHeadDim / 2.
+    // MN-major (head dim, keys) view. Split columns: warpgroup w computes columns
+    // [w, w + 1) * kHeadDim / 2 over all keys; an MN-major operand's N must span whole 64-element
+    // swizzle atoms, so d = 64 instead gives each warpgroup all columns over its own 64 keys, and
+    // both partials are added to the accumulator.
+    static constexpr bool kDqSplitColumns = kHeadDim / 2 % 64 == 0;
+    static constexpr int kDqKeys = kDqSplitColumns ? kBlockN : 64;  // the K of a warpgroup's dQ GEMM
+    static constexpr int kDqThreads = kDqSplitColumns ? kNumConsumerThreads : 128;  // one dQ tiling
     using TiledMmaDQ = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, BlockN>, GMMA::Major::MN,
-                             GMMA::Major::MN>(),
-        Layout<Shape<_1, _2, _1>>{}));
+        GMMA::ss_op_selector<Element, Element, float,
+                             Shape<_64, Int<kDqSplitColumns ? kHeadDim / 2 : kHeadDim>, Int<kDqKeys>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        Layout<Shape<_1, Int<kDqThreads / 128>, _1>>{}));
 
     // Rows-by-head-dim buffers, K-major as the TMA writes them; the MN-major (head dim, rows) views
     // of the same bytes tile the swizzle atoms along the rows first, as the K-major layout does.
@@ -86,7 +94,7 @@ struct BwdKernelTraits {
     static constexpr uint32_t kStageBytes = kRowsBytes + kRowStatBytes;
     static constexpr uint32_t kKVBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
     // One warpgroup's dQ partial in fp32, in its register order (bwd_dq.h).
-    static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / kNumConsumerWarpgroups;
+    static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / (kDqThreads / 128);
 
     struct SharedStorage {
         // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.

@@ -39,5 +39,5 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
     }
 
     const dim3 grid_post(m_blocks, params.num_heads, params.batch);
-    flash::sm90::flash_bwd_sm90_postprocess_kernel<Traits><<<grid_post, Traits::kNumConsumerThreads, 0, stream>>>(params);
+    flash::sm90::flash_bwd_sm90_postprocess_kernel<Traits><<<grid_post, Traits::kDqThreads, 0, stream>>>(params);
 }
