@@ -12,14 +12,22 @@
 
 namespace {
 
-bool sm80_forced() {
+enum class Forced { kNone, kSm80, kSm90 };
+
+// FLASH_ATTN_CUDA_FAMILY: sm80 forces the FA2 family; sm90 has the Hopper family serve everything it
+// supports, also where it measured slower (tests, comparisons).
+Forced forced_family() {
     const char *forced = std::getenv("FLASH_ATTN_CUDA_FAMILY");
     if (forced == nullptr || forced[0] == '\0') {
-        return false;
+        return Forced::kNone;
     }
-    TORCH_CHECK_VALUE(std::strcmp(forced, "sm80") == 0,
-                      "FLASH_ATTN_CUDA_FAMILY must be sm80 (to force the FA2 family) or unset, got ", forced);
-    return true;
+    if (std::strcmp(forced, "sm80") == 0) {
+        return Forced::kSm80;
+    }
+    TORCH_CHECK_VALUE(std::strcmp(forced, "sm90") == 0,
+                      "FLASH_ATTN_CUDA_FAMILY must be sm80 (to force the FA2 family), sm90 (the Hopper family "
+                      "wherever it supports a problem) or unset, got ", forced);
+    return Forced::kSm90;
 }
 
 }  // namespace
@@ -35,9 +43,9 @@ std::vector<std::string> built_families() {
 }
 
 Family fwd_family([[maybe_unused]] const Flash_fwd_params &params, [[maybe_unused]] int sm) {
-    const bool sm80_only = sm80_forced();  // read in every build, so that a bad value raises
+    const Forced forced = forced_family();  // read in every build, so that a bad value raises
 #ifdef FLASH_ATTN_FAMILY_SM90
-    if (sm == 90 && !sm80_only && flash::sm90::supports_fwd(params)) {
+    if (sm == 90 && forced != Forced::kSm80 && flash::sm90::supports_fwd(params)) {
         return Family::kSm90;
     }
 #endif
@@ -66,9 +74,10 @@ bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream) {
 
 Family bwd_family([[maybe_unused]] const Flash_bwd_params &params, [[maybe_unused]] int sm,
                   [[maybe_unused]] bool deterministic) {
-    const bool sm80_only = sm80_forced();
+    const Forced forced = forced_family();
 #ifdef FLASH_ATTN_FAMILY_SM90
-    if (sm == 90 && !sm80_only && flash::sm90::supports_bwd(params, deterministic)) {
+    if (sm == 90 && forced != Forced::kSm80 && flash::sm90::supports_bwd(params, deterministic) &&
+        (forced == Forced::kSm90 || flash::sm90::bwd_pays(params))) {
         return Family::kSm90;
     }
 #endif

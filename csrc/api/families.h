@@ -20,7 +20,8 @@ std::vector<std::string> built_families();
 
 // The family that runs this forward on a GPU of compute capability sm: the Hopper family where it
 // is built, the GPU is sm90 and it supports the problem, else the FA2 family. The environment
-// variable FLASH_ATTN_CUDA_FAMILY=sm80 forces the FA2 family (for comparisons, and as an escape hatch).
+// variable FLASH_ATTN_CUDA_FAMILY=sm80 forces the FA2 family (for comparisons, and as an escape hatch);
+// =sm90 lets the Hopper family serve wherever it can, also where it measured slower.
 Family fwd_family(const Flash_fwd_params &params, int sm);
 
 // Bytes of scratch memory the forward on family needs at params.fwd_workspace (0: none); the caller
@@ -31,9 +32,9 @@ size_t fwd_workspace_bytes(Family family, const Flash_fwd_params &params);
 // and head dim there.
 bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream);
 
-// The family that runs this backward: the Hopper family where it is built, the GPU is sm90 and it
-// supports the problem (sm90/family.h), else the FA2 family; FLASH_ATTN_CUDA_FAMILY=sm80 forces
-// the FA2 family as for the forward.
+// The family that runs this backward: the Hopper family where it is built, the GPU is sm90, it
+// supports the problem and runs it faster (sm90/family.h), else the FA2 family;
+// FLASH_ATTN_CUDA_FAMILY as for the forward (sm90: wherever the Hopper family supports it).
 Family bwd_family(const Flash_bwd_params &params, int sm, bool deterministic);
 
 // The scratch buffers the backward on family needs.

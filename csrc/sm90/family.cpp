@@ -2,6 +2,7 @@
 #include "sm90/family.h"
 
 #include "common/dispatch.h"
+#include "sm90/bwd_config.h"
 #include "sm90/fwd_tile_config.h"
 #include "sm90/fwd_workspace.h"
 #include "sm90/launch.h"
@@ -44,6 +45,10 @@ bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
     return dispatch_element(params.is_bf16, [&]<typename Element>() {
         return dispatch_head_dim<FLASH_ATTN_SM90_BWD_HDIMS>(params.head_dim, []<int>() {});
     });
+}
+
+bool bwd_pays(const Flash_bwd_params &params) {
+    return params.seqlen_q >= sm90_bwd_min_seqlen_q(params.head_dim, params.is_causal);
 }
 
 // Rows rounded up to the backward's 64-row Q blocks per (batch, head), so that every Q block's

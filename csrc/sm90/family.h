@@ -24,6 +24,10 @@ bool run_fwd(Flash_fwd_params &params, cudaStream_t stream);
 // or dropout, whose dQ accumulation need not be deterministic, at a head dim it is built for.
 bool supports_bwd(const Flash_bwd_params &params, bool deterministic);
 
+// Whether the backward of params has enough query rows to run faster here than on the FA2 family
+// (bwd_config.h).
+bool bwd_pays(const Flash_bwd_params &params);
+
 // The scratch buffers the backward of params needs.
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params);
 

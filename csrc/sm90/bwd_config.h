@@ -1,0 +1,14 @@
+// Where the Hopper backward serves faster than the FA2 family's (plain C++, for family.cpp).
+#pragma once
+
+namespace flash::sm90 {
+
+// The shortest query length per head dim at which the Hopper backward beat the FA2 family in the
+// grid (run 86, benchmarks/NOTES.md): below it, each block walks too few Q blocks to pay for
+// loading K and V and writing dK and dV, which nothing overlaps (one block per SM). A causal
+// block walks half as many on average.
+constexpr int sm90_bwd_min_seqlen_q(int head_dim, bool causal) {
+    return head_dim >= 128 ? 1024 : causal ? 4096 : 2048;
+}
+
+}  // namespace flash::sm90
