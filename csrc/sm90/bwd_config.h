@@ -1,7 +1,12 @@
-// Where the Hopper backward serves faster than the FA2 family's (plain C++, for family.cpp).
+// The Hopper backward's host-side facts (plain C++, for family.cpp): its Q block height, and where
+// it serves faster than the FA2 family's.
 #pragma once
 
 namespace flash::sm90 {
+
+// Query rows per step of the backward (bwd_kernel_traits.h), and so the rounding of its workspace
+// rows (family.cpp).
+constexpr int sm90_bwd_block_m = 64;
 
 // The shortest query length per head dim at which the Hopper backward beat the FA2 family in the
 // grid (run 86, benchmarks/NOTES.md): below it, each block walks too few Q blocks to pay for

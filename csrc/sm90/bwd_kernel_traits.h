@@ -15,6 +15,8 @@
 #include <cutlass/gemm/collective/builders/sm90_common.inl>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "sm90/bwd_config.h"
+
 namespace flash::sm90 {
 
 using namespace cute;
@@ -29,7 +31,7 @@ template <typename Element_, int kHeadDim_>
 struct BwdKernelTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kBlockM = 64;   // query rows per step
+    static constexpr int kBlockM = sm90_bwd_block_m;  // query rows per step
     static constexpr int kBlockN = 128;  // keys per block, 64 per consumer warpgroup
     static constexpr int kStages = 2;    // Q and dO buffers
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "registers: dK and dV live in the consumers");

@@ -31,14 +31,12 @@ BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
     auto ldo = tma_rows_layout<Traits>(d_o);
     auto lk = tma_rows_layout<Traits>(k);
     auto lv = tma_rows_layout<Traits>(v);
-    auto gmem = [](void *ptr, auto layout) {
-        return make_tensor(make_gmem_ptr(static_cast<Element const *>(ptr)), layout);
-    };
+    using Source = Element const;
     return {p,
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(q.ptr, lq), typename Traits::SmemLayoutQ{}(_, _, _0{})),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(d_o.ptr, ldo), typename Traits::SmemLayoutQ{}(_, _, _0{})),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(v.ptr, lv), typename Traits::SmemLayoutK{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Source>(q.ptr, lq), typename Traits::SmemLayoutQ{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Source>(d_o.ptr, ldo), typename Traits::SmemLayoutQ{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Source>(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
+            make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Source>(v.ptr, lv), typename Traits::SmemLayoutK{}(_, _, _0{})),
             lq.shape(),
             ldo.shape(),
             lk.shape(),

@@ -54,7 +54,7 @@ bool bwd_pays(const Flash_bwd_params &params) {
 // Rows rounded up to the backward's 64-row Q blocks per (batch, head), so that every Q block's
 // row statistics start 256-byte aligned for the bulk copies (bwd_producer.h).
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params) {
-    constexpr int kBlockM = 64;
+    constexpr int kBlockM = sm90_bwd_block_m;
     BwdWorkspace ws{};
     ws.accum_rows = (params.seqlen_q + kBlockM - 1) / kBlockM * kBlockM;
     ws.softmax_d_floats = int64_t(params.batch) * params.num_heads * ws.accum_rows;

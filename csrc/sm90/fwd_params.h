@@ -47,16 +47,12 @@ FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_
     auto lk = tma_rows_layout<Traits>(k);
     auto lv = tma_cols_layout<Traits>(v);
     auto lo = tma_rows_layout<Traits>(o);
-    auto gmem = [](void *ptr, auto layout) {
-        return make_tensor(make_gmem_ptr(static_cast<Element const *>(ptr)), layout);
-    };
     FwdKernelParams<Traits> kp{
         p,
-        make_tma_copy(SM90_TMA_LOAD{}, gmem(q.ptr, lq), typename Traits::SmemLayoutQ{}),
-        make_tma_copy(SM90_TMA_LOAD{}, gmem(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
-        make_tma_copy(SM90_TMA_LOAD{}, gmem(v.ptr, lv), typename Traits::SmemLayoutVt{}(_, _, _0{})),
-        make_tma_copy(SM90_TMA_STORE{}, make_tensor(make_gmem_ptr(static_cast<Element *>(o.ptr)), lo),
-                      typename Traits::SmemLayoutO{}),
+        make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(q.ptr, lq), typename Traits::SmemLayoutQ{}),
+        make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
+        make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(v.ptr, lv), typename Traits::SmemLayoutVt{}(_, _, _0{})),
+        make_tma_copy(SM90_TMA_STORE{}, tma_gmem<Element>(o.ptr, lo), typename Traits::SmemLayoutO{}),
         lq.shape(),
         lk.shape(),
         lo.shape(),

@@ -48,6 +48,12 @@ auto tma_cols_layout(GmemRows const &g) {
                                                    get<3>(rows.stride())});
 }
 
+// A global tensor of Element at ptr with a layout above, as make_tma_copy takes its source.
+template <class Element, class Layout>
+auto tma_gmem(void *ptr, Layout const &layout) {
+    return make_tensor(make_gmem_ptr(static_cast<Element *>(ptr)), layout);
+}
+
 // A head or batch coordinate in a TMA tensor whose mode may have been collapsed to one element.
 template <class Extent>
 __device__ __forceinline__ int tma_coord(int coord, Extent extent) {
