@@ -109,18 +109,19 @@ if 64 in built["head_dims"]:
     torch.cuda.synchronize()
     print("causal, 3 warpgroups d=64: ok")
 
-# The Hopper backward (d = 64 and 128, not deterministic, no score mod or dropout), forced on these
-# short problems: several Q blocks per KV block, so that its dS and dQ staging buffers are reused, a
-# partial last KV block, GQA.
+# The Hopper backward (d = 64 and 128, not deterministic), forced on these short problems: several
+# Q blocks per KV block, so that its dS, dQ staging and dropout buffers are reused, a partial last
+# KV block, GQA; plain, and with the variants (the kernel with dropout's mask exchange).
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
 for head_dim in (64, 128):
     if head_dim in built["head_dims"]:
-        for causal in (False, True):
+        for variant in ({}, {"causal": True}, {"dropout_p": 0.2, "softcap": 10.0, "alibi_slopes": slopes},
+                        {"dropout_p": 0.1, "causal": True}):
             q = torch.randn(2, 300, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
             k = torch.randn(2, 200, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
             v = torch.randn_like(k, requires_grad=True)
-            out = flash_attn_func(q, k, v, causal=causal)
+            out = flash_attn_func(q, k, v, **variant)
             out.backward(torch.randn_like(out))
             torch.cuda.synchronize()
-            print(f"Hopper backward d={head_dim} causal={causal}: ok")
+            print(f"Hopper backward d={head_dim} {sorted(variant)}: ok")
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

@@ -44,10 +44,6 @@ struct ScoreMod {
 
     // The forward: acc holds raw S; coord gives each entry's (row, col) in the tile at (row0, col0).
     // Each modification runs only where the problem has it (a branch per tile, not per entry).
-    // ALiBi's distance is the thread's first entry's plus the entry's compile-time offset from it,
-    // in float: an entry costs an FADD and an FFMA, whose |.| operand modifier gives the absolute
-    // value. Exact for distances below 2^24; beyond, it and bias() may round the distance to
-    // neighbouring floats (a relative 6e-8).
     template <class Acc, class Coord>
     __device__ void apply(Acc &acc, Coord const &coord, int row0, int col0) const {
         if (softcapped()) {
@@ -56,14 +52,27 @@ struct ScoreMod {
                 acc(i) = tanhf(acc(i) * tanh_prescale);
             }
         }
-        if (alibi_slope != 0.f) {
-            const int row_first = get<0>(coord(0)), col_first = get<1>(coord(0));
-            const float distance_first = float(col0 + col_first - row0 - row_first - causal_shift);
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc); ++i) {
-                const int offset = (get<1>(coord(i)) - col_first) - (get<0>(coord(i)) - row_first);
-                acc(i) = fmaf(-alibi_slope, fabsf(distance_first + float(offset)), acc(i));
-            }
+        add_bias(acc, coord, row0, col0);
+    }
+
+    // ALiBi's bias alone; with kTransposed, coord gives (col, row) (the Hopper backward's S^T).
+    // The distance is the thread's first entry's plus the entry's compile-time offset from it, in
+    // float: an entry costs an FADD and an FFMA, whose |.| operand modifier gives the absolute
+    // value. Exact for distances below 2^24; beyond, it and bias() may round the distance to
+    // neighbouring floats (a relative 6e-8).
+    template <bool kTransposed = false, class Acc, class Coord>
+    __device__ void add_bias(Acc &acc, Coord const &coord, int row0, int col0) const {
+        if (alibi_slope == 0.f) {
+            return;
+        }
+        const auto row_of = [&](int i) { return kTransposed ? get<1>(coord(i)) : get<0>(coord(i)); };
+        const auto col_of = [&](int i) { return kTransposed ? get<0>(coord(i)) : get<1>(coord(i)); };
+        const int row_first = row_of(0), col_first = col_of(0);
+        const float distance_first = float(col0 + col_first - row0 - row_first - causal_shift);
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); ++i) {
+            const int offset = (col_of(i) - col_first) - (row_of(i) - row_first);
+            acc(i) = fmaf(-alibi_slope, fabsf(distance_first + float(offset)), acc(i));
         }
     }
 };

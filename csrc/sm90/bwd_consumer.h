@@ -2,14 +2,17 @@
 // Algorithm 2 lines 9-19 on its 64 keys, transposed (bwd_kernel_traits.h): S^T and dP^T by wgmma,
 // P^T and dS^T in registers, dV and dK accumulated in registers, dQ's partial sum over the block's
 // keys added to the fp32 accumulator in global memory by a bulk reduction (bwd_dq.h). Then dK and
-// dV out (line 21).
+// dV out (line 21). kVariants: softcap, ALiBi and dropout, each where the problem has it.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "common/dropout.h"
+#include "common/score_mod.h"
 #include "sm90/bwd_block.h"
 #include "sm90/bwd_dq.h"
+#include "sm90/bwd_dropout.h"
 #include "sm90/bwd_params.h"
 #include "sm90/wgmma_utils.h"
 
@@ -34,7 +37,7 @@ __device__ __forceinline__ void store_key_rows(Acc const &acc, Coord const &coor
     }
 }
 
-template <class Traits, bool kIsCausal>
+template <class Traits, bool kIsCausal, bool kVariants>
 __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, typename Traits::SharedStorage &shared,
                                              typename Traits::PipelineQ &pipeline_q,
                                              typename Traits::PipelineQ &pipeline_do, int ctid) {
@@ -77,6 +80,19 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));  // (key, query)
     Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
 
+    const ScoreMod score_mod(params, block.bidb, block.bidh, block.binfo.causal_shift());
+    const bool dropout_on = kVariants && params.p_dropout > 0.f;
+    uint64_t seed = 0, offset = 0;
+    if (dropout_on) {
+        dropout_seed_offset(params.philox, seed, offset);
+        // Warp-uniform to ptxas, which then keeps Philox's round keys in uniform registers (as the
+        // forward, fwd_consumer.h).
+        seed = __shfl_sync(0xffffffff, seed, 0);
+        offset = __shfl_sync(0xffffffff, offset, 0);
+    }
+    const DropoutRng dropout(params, seed, offset, block.bidb, block.bidh);
+    const int key0 = warpgroup * 64;  // this warpgroup's keys in the block
+
     Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
     Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
     clear(acc_dk);
@@ -91,6 +107,18 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
         typename Traits::PipelineState q_state, do_state;
         int ds_buffer = 0;
+        // Dropout's mask of a Q block, made in the loop's step before it (where the fewest
+        // registers are live) into the buffer that dS^T of that block will use.
+        const auto dropout_bytes = [&](int buffer) {
+            return shared.dropout_bytes.data() + (2 * warpgroup + buffer) * kDropoutTileBytes;
+        };
+        const auto dropout_bytes_sync = [&] {
+            cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) + warpgroup);
+        };
+        if (dropout_on) {
+            write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
+                                ctid % 128);
+        }
         for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
             const int row0 = m_block * Traits::kBlockM;
             Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -103,30 +131,76 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
 
             // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
-            // sequence, whose P is then 0), masked entries 0.
-            warpgroup_wait<1>();
-            warpgroup_fence_operand(acc_s);
-            if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_s); ++i) {
-                    if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
-                        acc_s(i) = -INFINITY;
+            // sequence, whose P is then 0), masked entries 0; scale_log2 takes S^T (or the score
+            // modification's t) to log2 units.
+            float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
+            float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
+            const auto p_from_scores = [&](float scale_log2) {
+                if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
+                            acc_s(i) = -INFINITY;
+                        }
                     }
                 }
-            }
-            float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc_s); ++i) {
-                acc_s(i) = exp2f(acc_s(i) * params.softmax_scale_log2 - lse_log2[get<1>(tScS(i))]);
-            }
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_s); ++i) {
+                    acc_s(i) = exp2f(acc_s(i) * scale_log2 - lse_log2[get<1>(tScS(i))]);
+                }
+            };
+            if constexpr (kVariants) {
+                // With dropout (mask Z, scale z) the forward's output was (z Z o P) V: dV takes Z o P
+                // (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap (S^T holding
+                // t = tanh(...)), dS also takes softcap's derivative 1 - t^2 (common/score_mod.h).
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_s);
+                warpgroup_fence_operand(acc_dp);
+                DropoutKeep keep{};
+                if (dropout_on) {
+                    dropout_bytes_sync();
+                    keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_dp); ++i) {
+                        acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                    }
+                }
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_dp); ++i) {
+                    acc_dp(i) -= dot_do_o[get<1>(tScS(i))];
+                }
+                if (score_mod.softcapped()) {
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
+                        acc_s(i) = t;
+                        acc_dp(i) *= 1.f - t * t;
+                    }
+                }
+                score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
+                p_from_scores(score_mod.score_scale_log2);
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_dp); ++i) {
+                    acc_dp(i) *= acc_s(i);
+                }
+                if (dropout_on) {
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
+                    }
+                }
+            } else {
+                warpgroup_wait<1>();
+                warpgroup_fence_operand(acc_s);
+                p_from_scores(params.softmax_scale_log2);
 
-            // Line 13: dS^T = P^T o (dP^T - D).
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(acc_dp);
-            float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc_dp); ++i) {
-                acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+                // Line 13: dS^T = P^T o (dP^T - D).
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_dp);
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_dp); ++i) {
+                    acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+                }
             }
             Tensor p = make_tensor<Element>(acc_s.layout());
             Tensor ds = make_tensor<Element>(acc_dp.layout());
@@ -169,6 +243,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             ++do_state;
             ds_buffer ^= 1;
             dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim);
+            if (dropout_on && m_block + 1 < m_blocks.end) {
+                write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0, ctid % 128);
+            }
         }
         dq_out.finish();
     }
@@ -179,8 +256,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     const int64_t head_v = int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
     store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, static_cast<Element *>(params.dk_ptr) + head_k,
                    params.dk_row_stride, col0, block.binfo.seqlen_k);
-    store_key_rows(acc_dv, tdKVcdKV, 1.f, static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0,
-                   block.binfo.seqlen_k);
+    store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
+                   static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0, block.binfo.seqlen_k);
 }
 
 }  // namespace flash::sm90

@@ -16,6 +16,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "sm90/bwd_config.h"
+#include "sm90/bwd_dropout.h"
 
 namespace flash::sm90 {
 
@@ -25,6 +26,7 @@ using namespace cute;
 enum class BwdBarrier : uint32_t {
     kDsWritten = 0,          // both consumer warpgroups: dS^T of this Q block is in shared memory
     kDqStagingOfWarpgroup0 = 1,  // per warpgroup: its dQ staging buffer (1 and 2)
+    kDropoutBytesOfWarpgroup0 = 3,  // per warpgroup: dropout's mask of this tile (3 and 4)
 };
 
 template <typename Element_, int kHeadDim_>
@@ -108,6 +110,8 @@ struct BwdKernelTraits {
         cute::array_aligned<float, kDqWarpgroupFloats * kNumConsumerWarpgroups, 128> dq;
         cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
         cute::array_aligned<float, kBlockM * kStages, 16> dot_do_o;  // D
+        // Dropout's mask per warpgroup, two tiles (bwd_dropout.h; the buffer alternates as dS^T's).
+        cute::array_aligned<uint8_t, kDropoutTileBytes * 2 * kNumConsumerWarpgroups, 16> dropout_bytes;
         typename PipelineQ::SharedStorage pipeline_q;
         typename PipelineQ::SharedStorage pipeline_do;
         uint64_t kv_full;  // K and V landed (TMA transaction barrier)

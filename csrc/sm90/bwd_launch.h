@@ -27,7 +27,10 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
         return;
     }
 
-    auto kernel = &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal>;
+    // The variants (softcap, ALiBi, dropout) in a kernel of their own: the plain one keeps its
+    // exponentials under the dP^T GEMM.
+    auto kernel = has_score_mod(params) || has_dropout(params) ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true>
+                                                               : &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, false>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) != cudaSuccess) {
         return;
     }

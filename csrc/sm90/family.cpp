@@ -38,8 +38,8 @@ bool supports_fwd(const Flash_fwd_params &params) {
 }
 
 bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
-    if (deterministic || params.cu_seqlens_q != nullptr || has_dropout(params) || has_score_mod(params) ||
-        !describable_rows(params) || !describable(params.do_row_stride, params.seqlen_q)) {
+    if (deterministic || params.cu_seqlens_q != nullptr || !describable_rows(params) ||
+        !describable(params.do_row_stride, params.seqlen_q)) {
         return false;
     }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {
