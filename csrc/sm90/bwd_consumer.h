@@ -149,33 +149,31 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                     acc_s(i) = exp2f(acc_s(i) * scale_log2 - lse_log2[get<1>(tScS(i))]);
                 }
             };
-            if constexpr (kVariants) {
-                // With dropout (mask Z, scale z) the forward's output was (z Z o P) V: dV takes Z o P
-                // (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap (S^T holding
-                // t = tanh(...)), dS also takes softcap's derivative 1 - t^2 (common/score_mod.h).
+            // The variants: with dropout (mask Z, scale z) the forward's output was (z Z o P) V, so
+            // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
+            // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
+            // (common/score_mod.h), for which t must live until dP^T is in.
+            DropoutKeep keep{};
+            const auto drop_dp = [&] {
+                dropout_bytes_sync();
+                keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_dp); ++i) {
+                    acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                }
+            };
+            if (kVariants && score_mod.softcapped()) {
                 warpgroup_wait<0>();
                 warpgroup_fence_operand(acc_s);
                 warpgroup_fence_operand(acc_dp);
-                DropoutKeep keep{};
                 if (dropout_on) {
-                    dropout_bytes_sync();
-                    keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_dp); ++i) {
-                        acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
-                    }
+                    drop_dp();
                 }
                 CUTE_UNROLL
-                for (int i = 0; i < size(acc_dp); ++i) {
-                    acc_dp(i) -= dot_do_o[get<1>(tScS(i))];
-                }
-                if (score_mod.softcapped()) {
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_s); ++i) {
-                        const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
-                        acc_s(i) = t;
-                        acc_dp(i) *= 1.f - t * t;
-                    }
+                for (int i = 0; i < size(acc_s); ++i) {
+                    const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
+                    acc_s(i) = t;
+                    acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * (1.f - t * t);
                 }
                 score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
                 p_from_scores(score_mod.score_scale_log2);
@@ -183,23 +181,29 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 for (int i = 0; i < size(acc_dp); ++i) {
                     acc_dp(i) *= acc_s(i);
                 }
-                if (dropout_on) {
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_s); ++i) {
-                        acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
-                    }
-                }
             } else {
                 warpgroup_wait<1>();
                 warpgroup_fence_operand(acc_s);
-                p_from_scores(params.softmax_scale_log2);
+                if constexpr (kVariants) {
+                    score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
+                }
+                p_from_scores(kVariants ? score_mod.score_scale_log2 : params.softmax_scale_log2);
 
                 // Line 13: dS^T = P^T o (dP^T - D).
                 warpgroup_wait<0>();
                 warpgroup_fence_operand(acc_dp);
+                if (dropout_on) {
+                    drop_dp();
+                }
                 CUTE_UNROLL
                 for (int i = 0; i < size(acc_dp); ++i) {
                     acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+                }
+            }
+            if (dropout_on) {
+                CUTE_UNROLL
+                for (int i = 0; i < size(acc_s); ++i) {
+                    acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
                 }
             }
             Tensor p = make_tensor<Element>(acc_s.layout());
