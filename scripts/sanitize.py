@@ -124,4 +124,13 @@ for head_dim in (64, 128):
             out.backward(torch.randn_like(out))
             torch.cuda.synchronize()
             print(f"Hopper backward d={head_dim} {sorted(variant)}: ok")
+        # More tiles than SMs: each block walks several, reusing its K, V and dropout buffers.
+        for variant in ({}, {"dropout_p": 0.2, "window_size": (100, 50)}):
+            q = torch.randn(2, 150, 50, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(2, 300, 50, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn_like(k, requires_grad=True)
+            out = flash_attn_func(q, k, v, **variant)
+            out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            print(f"Hopper backward, several tiles per block, d={head_dim} {sorted(variant)}: ok")
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

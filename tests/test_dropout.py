@@ -104,6 +104,16 @@ def test_dropout_with_alibi():
     check_against_reference(q, k, v, random_dout(q, 9), 0.25, causal=True, alibi_slopes=slopes)
 
 
+def test_dropout_with_more_tiles_than_sms():
+    """The Hopper backward's dropout masks from tile to tile of one block (test_variants.py,
+    test_more_tiles_than_sms_match_reference)."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    nheads = 2 * torch.cuda.get_device_properties(0).multi_processor_count // (2 * 3) + 1
+    q, k, v = random_qkv(2, 200, 300, nheads, nheads, head_dim, dtype, seed=11)
+    check_against_reference(q, k, v, random_dout(q, 12), 0.15, window_size=(100, 50))
+
+
 def test_kept_fraction_within_four_sigma():
     dtype, head_dim, p = torch.bfloat16, 64, 0.3
     skip_unbuilt(head_dim, dtype)

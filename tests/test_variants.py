@@ -121,6 +121,27 @@ def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, se
     assert_matches_reference(q, k, v, random_dout(q, seed + 1), **variant)
 
 
+def heads_for_more_tiles_than_sms(batch, key_blocks):
+    """Heads enough for more than two (KV block of 128 keys, head, batch) tiles per SM of this GPU."""
+    return 2 * torch.cuda.get_device_properties(0).multi_processor_count // (batch * key_blocks) + 1
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("variant", [{}, {"window_size": (100, 50)}, {"causal": True, "window_size": (150, 0)},
+                                     {"softcap": 10.0, "alibi": "head"}])
+def test_more_tiles_than_sms_match_reference(head_dim, variant):
+    """Where its tiles cost alike (not causal, or a bounded left window), the Hopper backward walks
+    several tiles per block, reusing its K and V buffers: problems with more tiles than that."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    nheads = heads_for_more_tiles_than_sms(2, 3)
+    q, k, v = random_qkv(2, 200, 300, nheads, nheads, head_dim, dtype, seed=head_dim + len(variant))
+    variant = dict(variant)
+    if variant.pop("alibi", None):
+        variant["alibi_slopes"] = alibi_slopes("head", 2, nheads, seed=3)
+    assert_matches_reference(q, k, v, random_dout(q, 4), **variant)
+
+
 @pytest.mark.parametrize(
     "variant,error,match",
     [

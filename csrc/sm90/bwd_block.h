@@ -1,7 +1,10 @@
-// What one block of the Hopper backward works on: its keys, its (batch, head), the mask, and the
-// Q blocks that see any of its keys (common/block_range.h). The producer and the consumers derive
-// it alike from the block index.
+// What one tile of the Hopper backward works on: its keys, its (batch, head), the mask, and the Q
+// blocks that see any of its keys (common/block_range.h). The producer and the consumers derive it
+// alike from the tile index. Tiles are numbered KV block fastest, then head, then batch; a block
+// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... (bwd_launch.h picks the grid).
 #pragma once
+
+#include <cute/tensor.hpp>
 
 #include "common/block_info.h"
 #include "common/block_range.h"
@@ -10,6 +13,16 @@
 
 namespace flash::sm90 {
 
+template <class Traits>
+__host__ __device__ inline int bwd_num_n_blocks(Flash_bwd_params const &params) {
+    return (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+}
+
+template <class Traits>
+__host__ __device__ inline int bwd_num_tiles(Flash_bwd_params const &params) {
+    return bwd_num_n_blocks<Traits>(params) * params.num_heads * params.batch;
+}
+
 template <class Traits, bool kIsCausal>
 struct BwdBlock {
     int n_block, bidh, bidb;
@@ -17,12 +30,15 @@ struct BwdBlock {
     Mask<kIsCausal> mask;
     BlockRange m_blocks;
 
-    __device__ BwdBlock(Flash_bwd_params const &params)
-        : n_block(blockIdx.x), bidh(blockIdx.y), bidb(blockIdx.z), binfo(params, bidb),
+    __device__ BwdBlock(Flash_bwd_params const &params, int tile)
+        : n_block(tile % bwd_num_n_blocks<Traits>(params)),
+          bidh(tile / bwd_num_n_blocks<Traits>(params) % params.num_heads),
+          bidb(tile / bwd_num_n_blocks<Traits>(params) / params.num_heads), binfo(params, bidb),
           mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right},
           m_blocks(q_block_range(mask, n_block * Traits::kBlockN, Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q)) {}
 
     __device__ int col0() const { return n_block * Traits::kBlockN; }
+    __device__ bool has_work() const { return m_blocks.begin < m_blocks.end; }
 };
 
 }  // namespace flash::sm90

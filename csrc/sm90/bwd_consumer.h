@@ -46,7 +46,6 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     using BlockN = typename Traits::BlockN;
     using HeadDim = typename Traits::HeadDim;
     Flash_bwd_params const &params = kp.params;
-    const BwdBlock<Traits, kIsCausal> block(params);
     const int warpgroup = ctid / 128;
 
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
@@ -80,7 +79,6 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));  // (key, query)
     Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
 
-    const ScoreMod score_mod(params, block.bidb, block.bidh, block.binfo.causal_shift());
     const bool dropout_on = kVariants && params.p_dropout > 0.f;
     uint64_t seed = 0, offset = 0;
     if (dropout_on) {
@@ -90,178 +88,193 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         seed = __shfl_sync(0xffffffff, seed, 0);
         offset = __shfl_sync(0xffffffff, offset, 0);
     }
-    const DropoutRng dropout(params, seed, offset, block.bidb, block.bidh);
     const int key0 = warpgroup * 64;  // this warpgroup's keys in the block
 
-    Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
-    Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
-    clear(acc_dk);
-    clear(acc_dv);
+    // Carried from tile to tile: the pipelines' stages, the dS^T (and dropout) buffer, the dQ staging.
+    DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
+    typename Traits::PipelineState q_state, do_state;
+    int ds_buffer = 0;
+    int kv_loads = 0;
+    // Dropout's mask of a Q block, made in the loop's step before it (where the fewest registers
+    // are live) into the buffer that dS^T of that block will use.
+    const auto dropout_bytes = [&](int buffer) {
+        return shared.dropout_bytes.data() + (2 * warpgroup + buffer) * kDropoutTileBytes;
+    };
+    const auto dropout_bytes_sync = [&] {
+        cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) + warpgroup);
+    };
 
-    const BlockRange &m_blocks = block.m_blocks;
-    const int col0 = block.col0();
-    if (m_blocks.begin < m_blocks.end) {
-        cutlass::arch::ClusterTransactionBarrier::wait(&shared.kv_full, 0);
-        float *dq_accum = params.dq_accum_ptr +
-                          block.binfo.template accum_row0<Traits::kBlockM>(params, block.bidh) * Traits::kHeadDim;
-        DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
-        typename Traits::PipelineState q_state, do_state;
-        int ds_buffer = 0;
-        // Dropout's mask of a Q block, made in the loop's step before it (where the fewest
-        // registers are live) into the buffer that dS^T of that block will use.
-        const auto dropout_bytes = [&](int buffer) {
-            return shared.dropout_bytes.data() + (2 * warpgroup + buffer) * kDropoutTileBytes;
-        };
-        const auto dropout_bytes_sync = [&] {
-            cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) + warpgroup);
-        };
-        if (dropout_on) {
-            write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
-                                ctid % 128);
-        }
-        for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
-            const int row0 = m_block * Traits::kBlockM;
-            Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
-            Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+    for (int tile = blockIdx.x; tile < bwd_num_tiles<Traits>(params); tile += gridDim.x) {
+        const BwdBlock<Traits, kIsCausal> block(params, tile);
+        const ScoreMod score_mod(params, block.bidb, block.bidh, block.binfo.causal_shift());
+        const DropoutRng dropout(params, seed, offset, block.bidb, block.bidh);
+        Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+        Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+        clear(acc_dk);
+        clear(acc_dv);
 
-            // Lines 9 and 11: S^T = K Q^T, dP^T = V dO^T.
-            pipeline_q.consumer_wait(q_state);
-            wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, q_state.index()), acc_s);
-            pipeline_do.consumer_wait(do_state);
-            wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
+        const BlockRange &m_blocks = block.m_blocks;
+        const int col0 = block.col0();
+        if (block.has_work()) {
+            cutlass::arch::ClusterTransactionBarrier::wait(&shared.kv_full, kv_loads & 1);
+            ++kv_loads;
+            float *dq_accum = params.dq_accum_ptr +
+                              block.binfo.template accum_row0<Traits::kBlockM>(params, block.bidh) * Traits::kHeadDim;
+            if (dropout_on) {
+                write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
+                                    ctid % 128);
+            }
+            for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
+                const int row0 = m_block * Traits::kBlockM;
+                Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+                Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
 
-            // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
-            // sequence, whose P is then 0), masked entries 0; scale_log2 takes S^T (or the score
-            // modification's t) to log2 units.
-            float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
-            float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
-            const auto p_from_scores = [&](float scale_log2) {
-                if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_s); ++i) {
-                        if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
-                            acc_s(i) = -INFINITY;
+                // Lines 9 and 11: S^T = K Q^T, dP^T = V dO^T.
+                pipeline_q.consumer_wait(q_state);
+                wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, q_state.index()), acc_s);
+                pipeline_do.consumer_wait(do_state);
+                wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
+
+                // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
+                // sequence, whose P is then 0), masked entries 0; scale_log2 takes S^T (or the score
+                // modification's t) to log2 units.
+                float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
+                float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
+                const auto p_from_scores = [&](float scale_log2) {
+                    if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_s); ++i) {
+                            if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
+                                acc_s(i) = -INFINITY;
+                            }
                         }
                     }
-                }
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_s); ++i) {
-                    acc_s(i) = exp2f(acc_s(i) * scale_log2 - lse_log2[get<1>(tScS(i))]);
-                }
-            };
-            // The variants: with dropout (mask Z, scale z) the forward's output was (z Z o P) V, so
-            // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
-            // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
-            // (common/score_mod.h), for which t must live until dP^T is in.
-            DropoutKeep keep{};
-            const auto drop_dp = [&] {
-                dropout_bytes_sync();
-                keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_dp); ++i) {
-                    acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
-                }
-            };
-            if (kVariants && score_mod.softcapped()) {
-                warpgroup_wait<0>();
-                warpgroup_fence_operand(acc_s);
-                warpgroup_fence_operand(acc_dp);
-                if (dropout_on) {
-                    drop_dp();
-                }
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_s); ++i) {
-                    const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
-                    acc_s(i) = t;
-                    acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * (1.f - t * t);
-                }
-                score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
-                p_from_scores(score_mod.score_scale_log2);
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_dp); ++i) {
-                    acc_dp(i) *= acc_s(i);
-                }
-            } else {
-                warpgroup_wait<1>();
-                warpgroup_fence_operand(acc_s);
-                if constexpr (kVariants) {
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        acc_s(i) = exp2f(acc_s(i) * scale_log2 - lse_log2[get<1>(tScS(i))]);
+                    }
+                };
+                // The variants: with dropout (mask Z, scale z) the forward's output was (z Z o P) V, so
+                // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
+                // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
+                // (common/score_mod.h), for which t must live until dP^T is in.
+                DropoutKeep keep{};
+                const auto drop_dp = [&] {
+                    dropout_bytes_sync();
+                    keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_dp); ++i) {
+                        acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                    }
+                };
+                if (kVariants && score_mod.softcapped()) {
+                    warpgroup_wait<0>();
+                    warpgroup_fence_operand(acc_s);
+                    warpgroup_fence_operand(acc_dp);
+                    if (dropout_on) {
+                        drop_dp();
+                    }
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
+                        acc_s(i) = t;
+                        acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * (1.f - t * t);
+                    }
                     score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
-                }
-                p_from_scores(kVariants ? score_mod.score_scale_log2 : params.softmax_scale_log2);
+                    p_from_scores(score_mod.score_scale_log2);
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_dp); ++i) {
+                        acc_dp(i) *= acc_s(i);
+                    }
+                } else {
+                    warpgroup_wait<1>();
+                    warpgroup_fence_operand(acc_s);
+                    if constexpr (kVariants) {
+                        score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
+                    }
+                    p_from_scores(kVariants ? score_mod.score_scale_log2 : params.softmax_scale_log2);
 
-                // Line 13: dS^T = P^T o (dP^T - D).
-                warpgroup_wait<0>();
-                warpgroup_fence_operand(acc_dp);
+                    // Line 13: dS^T = P^T o (dP^T - D).
+                    warpgroup_wait<0>();
+                    warpgroup_fence_operand(acc_dp);
+                    if (dropout_on) {
+                        drop_dp();
+                    }
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_dp); ++i) {
+                        acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+                    }
+                }
                 if (dropout_on) {
-                    drop_dp();
+                    CUTE_UNROLL
+                    for (int i = 0; i < size(acc_s); ++i) {
+                        acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
+                    }
                 }
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_dp); ++i) {
-                    acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
-                }
-            }
-            if (dropout_on) {
-                CUTE_UNROLL
-                for (int i = 0; i < size(acc_s); ++i) {
-                    acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
-                }
-            }
-            Tensor p = make_tensor<Element>(acc_s.layout());
-            Tensor ds = make_tensor<Element>(acc_dp.layout());
-            convert(acc_s, p);
-            convert(acc_dp, ds);
+                Tensor p = make_tensor<Element>(acc_s.layout());
+                Tensor ds = make_tensor<Element>(acc_dp.layout());
+                convert(acc_s, p);
+                convert(acc_dp, ds);
 
-            // Lines 12 and 16: dV += P^T dO, dK += dS^T Q (scaled at the end).
-            warpgroup_fence_operand(p);
-            warpgroup_fence_operand(ds);
-            wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(p.data(), acc_as_operand_a(p.layout())),
-                                            tdVrdOt(_, _, _, do_state.index()), acc_dv);
-            wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(ds.data(), acc_as_operand_a(ds.layout())),
-                                            tdKrQt(_, _, _, q_state.index()), acc_dk);
+                // Lines 12 and 16: dV += P^T dO, dK += dS^T Q (scaled at the end).
+                warpgroup_fence_operand(p);
+                warpgroup_fence_operand(ds);
+                wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(p.data(), acc_as_operand_a(p.layout())),
+                                                tdVrdOt(_, _, _, do_state.index()), acc_dv);
+                wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(ds.data(), acc_as_operand_a(ds.layout())),
+                                                tdKrQt(_, _, _, q_state.index()), acc_dk);
 
-            // Line 15: dQ_i += dS K over this block's keys, dS^T through shared memory (of both
-            // warpgroups where they split the columns). Two buffers: a warpgroup writes this one
-            // only after both have passed the barrier of the previous Q block, so after both
-            // waited for their dQ GEMM before it.
-            CUTE_UNROLL
-            for (int i = 0; i < size(ds); ++i) {
-                sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
+                // Line 15: dQ_i += dS K over this block's keys, dS^T through shared memory (of both
+                // warpgroups where they split the columns). Two buffers: a warpgroup writes this one
+                // only after both have passed the barrier of the previous Q block, so after both
+                // waited for their dQ GEMM before it.
+                CUTE_UNROLL
+                for (int i = 0; i < size(ds); ++i) {
+                    sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
+                }
+                cutlass::arch::fence_view_async_shared();
+                if constexpr (Traits::kDqSplitColumns) {
+                    cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
+                } else {
+                    dq_out.sync();
+                }
+                Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+                wgmma_gemm</*kZeroInit=*/true>(mma_dq, tdQrDs(_, _, _, ds_buffer), tdQrKt, acc_dq);
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_dv);
+                warpgroup_fence_operand(acc_dk);
+                warpgroup_fence_operand(acc_dq);
+                warpgroup_fence_operand(p);
+                warpgroup_fence_operand(ds);
+                pipeline_q.consumer_release(q_state);
+                pipeline_do.consumer_release(do_state);
+                ++q_state;
+                ++do_state;
+                ds_buffer ^= 1;
+                dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim);
+                if (dropout_on && m_block + 1 < m_blocks.end) {
+                    write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0,
+                                        ctid % 128);
+                }
             }
-            cutlass::arch::fence_view_async_shared();
-            if constexpr (Traits::kDqSplitColumns) {
-                cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
-            } else {
-                dq_out.sync();
-            }
-            Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
-            wgmma_gemm</*kZeroInit=*/true>(mma_dq, tdQrDs(_, _, _, ds_buffer), tdQrKt, acc_dq);
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(acc_dv);
-            warpgroup_fence_operand(acc_dk);
-            warpgroup_fence_operand(acc_dq);
-            warpgroup_fence_operand(p);
-            warpgroup_fence_operand(ds);
-            pipeline_q.consumer_release(q_state);
-            pipeline_do.consumer_release(do_state);
-            ++q_state;
-            ++do_state;
-            ds_buffer ^= 1;
-            dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim);
-            if (dropout_on && m_block + 1 < m_blocks.end) {
-                write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0, ctid % 128);
-            }
+            // Every GEMM that reads K and V has been waited for: the producer may load the next
+            // tile's.
+            cutlass::arch::ClusterBarrier::arrive(&shared.kv_empty);
         }
-        dq_out.finish();
-    }
 
-    // Line 21: dK (with the softmax scale the S above left out) and dV of this warpgroup's keys;
-    // zeros for keys that no query sees.
-    const int64_t head_k = int64_t(block.bidb) * params.dk_batch_stride + int64_t(block.bidh) * params.dk_head_stride;
-    const int64_t head_v = int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
-    store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, static_cast<Element *>(params.dk_ptr) + head_k,
-                   params.dk_row_stride, col0, block.binfo.seqlen_k);
-    store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
-                   static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0, block.binfo.seqlen_k);
+        // Line 21: dK (with the softmax scale the S above left out) and dV of this warpgroup's keys;
+        // zeros for keys that no query sees.
+        const int64_t head_k =
+            int64_t(block.bidb) * params.dk_batch_stride + int64_t(block.bidh) * params.dk_head_stride;
+        const int64_t head_v =
+            int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
+        store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, static_cast<Element *>(params.dk_ptr) + head_k,
+                       params.dk_row_stride, col0, block.binfo.seqlen_k);
+        store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
+                       static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0,
+                       block.binfo.seqlen_k);
+    }
+    dq_out.finish();
 }
 
 }  // namespace flash::sm90

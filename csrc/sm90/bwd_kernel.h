@@ -1,6 +1,6 @@
-// FlashAttention-2 backward (Algorithm 2) for Hopper: one block per KV block of kBlockN keys and
-// (batch, head); warpgroup 0 loads by TMA, two consumer warpgroups compute with wgmma, 64 keys
-// each (bwd_kernel_traits.h). dQ is completed by bwd_postprocess_kernel.
+// FlashAttention-2 backward (Algorithm 2) for Hopper: a block works through tiles of kBlockN keys
+// of one (batch, head) (bwd_block.h); warpgroup 0 loads by TMA, two consumer warpgroups compute
+// with wgmma, 64 keys each (bwd_kernel_traits.h). dQ is completed by bwd_postprocess_kernel.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     PipelineQ pipeline_do(shared.pipeline_do, pipeline_params, Shape<_1, _1, _1>{});
     if (threadIdx.x == 0) {
         cutlass::arch::ClusterTransactionBarrier::init(&shared.kv_full, 1);
+        cutlass::arch::ClusterBarrier::init(&shared.kv_empty, Traits::kNumConsumerThreads);
     }
     cutlass::arch::fence_barrier_init();
     __syncthreads();

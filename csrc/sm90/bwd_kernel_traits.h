@@ -114,7 +114,8 @@ struct BwdKernelTraits {
         cute::array_aligned<uint8_t, kDropoutTileBytes * 2 * kNumConsumerWarpgroups, 16> dropout_bytes;
         typename PipelineQ::SharedStorage pipeline_q;
         typename PipelineQ::SharedStorage pipeline_do;
-        uint64_t kv_full;  // K and V landed (TMA transaction barrier)
+        uint64_t kv_full;   // K and V landed (TMA transaction barrier)
+        uint64_t kv_empty;  // every consumer thread is done with K and V (the tile's last GEMM waited for)
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");

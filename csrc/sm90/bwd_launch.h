@@ -1,13 +1,17 @@
 // Host entry of the Hopper backward: the preprocess (common/bwd_preprocess.h), the main kernel
-// over (KV block, head, batch), the dQ postprocess.
+// over the tiles (KV block, head, batch), the dQ postprocess.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include <cute/tensor.hpp>
 
 #include "common/bwd_preprocess.h"
 #include "common/flash.h"
+#include "sm90/bwd_block.h"
+#include "sm90/bwd_config.h"
 #include "sm90/bwd_kernel.h"
 #include "sm90/bwd_kernel_traits.h"
 #include "sm90/bwd_params.h"
@@ -29,13 +33,18 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
 
     // The variants (softcap, ALiBi, dropout) in a kernel of their own: the plain one keeps its
     // exponentials under the dP^T GEMM.
-    auto kernel = has_score_mod(params) || has_dropout(params) ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true>
-                                                               : &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, false>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) != cudaSuccess) {
+    auto kernel = has_score_mod(params) || has_dropout(params)
+                      ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true>
+                      : &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, false>;
+    int device = 0, num_sms = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) != cudaSuccess ||
+        cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
         return;
     }
-    const dim3 grid(cute::ceil_div(params.seqlen_k, Traits::kBlockN), params.num_heads, params.batch);
-    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
+    const int num_tiles = flash::sm90::bwd_num_tiles<Traits>(params);
+    const bool persistent = flash::sm90::sm90_bwd_persistent(kIsCausal, params.window_left != kWindowUnbounded);
+    kernel<<<persistent ? std::min(num_tiles, num_sms) : num_tiles, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
         flash::sm90::make_bwd_kernel_params<Traits>(params));
     if (cudaPeekAtLastError() != cudaSuccess) {
         return;
