@@ -34,7 +34,7 @@ struct BwdKernelTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockM = sm90_bwd_block_m;  // query rows per step
-    static constexpr int kBlockN = 128;  // keys per block, 64 per consumer warpgroup
+    static constexpr int kBlockN = sm90_bwd_block_n;  // keys per tile, 64 per consumer warpgroup
     static constexpr int kStages = 2;    // Q and dO buffers
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "registers: dK and dV live in the consumers");
 

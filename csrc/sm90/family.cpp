@@ -48,7 +48,7 @@ bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
 }
 
 bool bwd_pays(const Flash_bwd_params &params) {
-    return params.seqlen_q >= sm90_bwd_min_seqlen_q(params.head_dim, params.is_causal);
+    return sm90_bwd_pays(params.head_dim, params.is_causal, params.seqlen_q, params.window_left, params.window_right);
 }
 
 // Rows rounded up to the backward's 64-row Q blocks per (batch, head), so that every Q block's
