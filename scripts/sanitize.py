@@ -10,16 +10,27 @@ from flash_attn_cuda import _extension, flash_attn_func, flash_attn_qkvpacked_fu
 
 built = _extension.load().built_config()
 dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
+
+
+def forward_backward(label, shape_q, shape_k, **kwargs):
+    """flash_attn_func forward and backward on fresh random padded inputs, q of shape_q and k, v of
+    shape_k (batch, seqlen, heads, head_dim), then a synchronize, so that an error is this call's."""
+    q = torch.randn(*shape_q, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(*shape_k, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = flash_attn_func(q, k, v, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print(f"{label}: ok")
+
+
 for head_dim in sorted({min(built["head_dims"]) - 5, max(built["head_dims"])}):
     for causal in (False, True):
         for seqlen_q, seqlen_k in ((113, 203), (203, 113), (1, 77)):
-            q = torch.randn(2, seqlen_q, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            k = torch.randn(2, seqlen_k, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            v = torch.randn_like(k, requires_grad=True)
-            out = flash_attn_func(q, k, v, causal=causal, deterministic=seqlen_q > seqlen_k)
-            out.backward(torch.randn_like(out))
-            torch.cuda.synchronize()
-            print(f"d={head_dim} causal={causal} seqlen_q={seqlen_q} seqlen_k={seqlen_k}: ok")
+            forward_backward(f"d={head_dim} causal={causal} seqlen_q={seqlen_q} seqlen_k={seqlen_k}",
+                             (2, seqlen_q, 4, head_dim), (2, seqlen_k, 2, head_dim), causal=causal,
+                             deterministic=seqlen_q > seqlen_k)
 
 # Varlen: lengths 0, 1 and off the block sizes, the last sequence ending at the tensors' end.
 lengths_q, lengths_k = [0, 1, 130, 77], [5, 0, 190, 1]
@@ -70,27 +81,15 @@ for forced in (None, "sm80"):
         os.environ["FLASH_ATTN_CUDA_FAMILY"] = forced
     for variant in ({"window_size": (40, 7)}, {"causal": True, "window_size": (64, -1)},
                     {"softcap": 20.0, "alibi_slopes": slopes}):
-        q = torch.randn(2, 203, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-        k = torch.randn(2, 150, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-        v = torch.randn_like(k, requires_grad=True)
-        out = flash_attn_func(q, k, v, **variant)
-        out.backward(torch.randn_like(out))
-        torch.cuda.synchronize()
-        print(f"variant {sorted(variant)} family={forced or 'default'}: ok")
+        forward_backward(f"variant {sorted(variant)} family={forced or 'default'}", (2, 203, 4, head_dim),
+                         (2, 150, 2, head_dim), **variant)
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)
 
 # Dropout (the FA2 family's dropout kernels, with and without the probabilities written), padded and
 # varlen, causal and windowed.
 for variant in ({"dropout_p": 0.3, "return_attn_probs": True}, {"dropout_p": 0.1, "causal": True},
                 {"dropout_p": 0.2, "window_size": (30, 5)}):
-    q = torch.randn(2, 203, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-    k = torch.randn(2, 150, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-    v = torch.randn_like(k, requires_grad=True)
-    out = flash_attn_func(q, k, v, **variant)
-    out = out[0] if isinstance(out, tuple) else out
-    out.backward(torch.randn_like(out))
-    torch.cuda.synchronize()
-    print(f"dropout {sorted(variant)}: ok")
+    forward_backward(f"dropout {sorted(variant)}", (2, 203, 4, head_dim), (2, 150, 2, head_dim), **variant)
 q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
 k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
 v = torch.randn_like(k, requires_grad=True)
@@ -117,20 +116,10 @@ for head_dim in (64, 128):
     if head_dim in built["head_dims"]:
         for variant in ({}, {"causal": True}, {"dropout_p": 0.2, "softcap": 10.0, "alibi_slopes": slopes},
                         {"dropout_p": 0.1, "causal": True}):
-            q = torch.randn(2, 300, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            k = torch.randn(2, 200, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            v = torch.randn_like(k, requires_grad=True)
-            out = flash_attn_func(q, k, v, **variant)
-            out.backward(torch.randn_like(out))
-            torch.cuda.synchronize()
-            print(f"Hopper backward d={head_dim} {sorted(variant)}: ok")
+            forward_backward(f"Hopper backward d={head_dim} {sorted(variant)}", (2, 300, 4, head_dim),
+                             (2, 200, 2, head_dim), **variant)
         # More tiles than SMs: each block walks several, reusing its K, V and dropout buffers.
         for variant in ({}, {"dropout_p": 0.2, "window_size": (100, 50)}):
-            q = torch.randn(2, 150, 50, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            k = torch.randn(2, 300, 50, head_dim, device="cuda", dtype=dtype, requires_grad=True)
-            v = torch.randn_like(k, requires_grad=True)
-            out = flash_attn_func(q, k, v, **variant)
-            out.backward(torch.randn_like(out))
-            torch.cuda.synchronize()
-            print(f"Hopper backward, several tiles per block, d={head_dim} {sorted(variant)}: ok")
+            forward_backward(f"Hopper backward, several tiles per block, d={head_dim} {sorted(variant)}",
+                             (2, 150, 50, head_dim), (2, 300, 50, head_dim), **variant)
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

@@ -58,6 +58,12 @@ def skip_unbuilt(head_dim, dtype):
         pytest.skip(reason)
 
 
+def heads_for_more_tiles_than_sms(batch, key_blocks):
+    """Heads enough for more than two (KV block of 128 keys, head, batch) tiles per SM of this GPU,
+    so that the Hopper backward's blocks walk several tiles each."""
+    return 2 * torch.cuda.get_device_properties(0).multi_processor_count // (batch * key_blocks) + 1
+
+
 def poison_allocator():
     """Fills freed blocks of the caching allocator with NaN bytes (0xff), so that an output
     element the kernel fails to write reads as NaN instead of a lucky old value."""

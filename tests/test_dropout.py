@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from conftest import assert_within_rule, dtype_id, poison_allocator, random_dout, random_qkv, requires_gpu, skip_unbuilt
+from conftest import (assert_within_rule, dtype_id, heads_for_more_tiles_than_sms, poison_allocator, random_dout,
+                      random_qkv, requires_gpu, skip_unbuilt)
 from flash_attn_cuda import _extension, flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.dropout import dropout_mask, kept_from_probs
 from flash_attn_cuda.interface import _get_block_size_n
@@ -109,7 +110,7 @@ def test_dropout_with_more_tiles_than_sms():
     test_more_tiles_than_sms_match_reference)."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
-    nheads = 2 * torch.cuda.get_device_properties(0).multi_processor_count // (2 * 3) + 1
+    nheads = heads_for_more_tiles_than_sms(2, 3)
     q, k, v = random_qkv(2, 200, 300, nheads, nheads, head_dim, dtype, seed=11)
     check_against_reference(q, k, v, random_dout(q, 12), 0.15, window_size=(100, 50))
 

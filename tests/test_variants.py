@@ -4,8 +4,8 @@ forward and backward, under the numerics rule of DESIGN.md (GPU)."""
 import pytest
 import torch
 
-from conftest import (assert_within_rule, dtype_id, grads_of, poison_allocator, random_dout, random_qkv, requires_gpu,
-                      skip_unbuilt, xfail_single_query_bf16_backward)
+from conftest import (assert_within_rule, dtype_id, grads_of, heads_for_more_tiles_than_sms, poison_allocator,
+                      random_dout, random_qkv, requires_gpu, skip_unbuilt, xfail_single_query_bf16_backward)
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -119,11 +119,6 @@ def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, se
     if "alibi" in SCORE_MODS[mod]:
         variant["alibi_slopes"] = alibi_slopes(SCORE_MODS[mod]["alibi"], 2, 4, seed)
     assert_matches_reference(q, k, v, random_dout(q, seed + 1), **variant)
-
-
-def heads_for_more_tiles_than_sms(batch, key_blocks):
-    """Heads enough for more than two (KV block of 128 keys, head, batch) tiles per SM of this GPU."""
-    return 2 * torch.cuda.get_device_properties(0).multi_processor_count // (batch * key_blocks) + 1
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
