@@ -27,6 +27,7 @@ using namespace cute;
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared,
+                                             typename Traits::PipelineQ &pipeline_q,
                                              typename Traits::PipelineKV &pipeline_k,
                                              typename Traits::PipelineKV &pipeline_v, int ctid) {
     using Element = typename Traits::Element;
@@ -43,13 +44,13 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     typename Traits::TiledMmaO mma_o;
     auto thr_mma_s = mma_s.get_thread_slice(ctid);
     auto thr_mma_o = mma_o.get_thread_slice(ctid);
-    Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, 1, MMA_K) descriptors
+    Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, 1, MMA_K, stage) descriptors
     Tensor tSrK = thr_mma_s.partition_fragment_B(sK);   // (MMA, 1, MMA_K, stage)
     Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, 1, MMA_K, stage)
     Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
 
+    typename Traits::PipelineStateQ q_state;
     typename Traits::PipelineState k_state, v_state;
-    int q_full_phase = 0;
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
     static_assert(!kDropout || kScoreMod);
@@ -65,6 +66,24 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         seed = __shfl_sync(0xffffffff, seed, 0);
         offset = __shfl_sync(0xffffffff, offset, 0);
     }
+
+    // Q's buffer of the previous tile, whose O this warpgroup's TMA store may still be reading
+    // (two Q buffers): released once this tile's first S = Q K^T is issued, so that the wait for
+    // the store overlaps that GEMM. The thread that issued the store waits for it.
+    bool q_release_pending = false;
+    typename Traits::PipelineStateQ pending_q_state;
+    auto release_q = [&](typename Traits::PipelineStateQ state) __attribute__((always_inline)) {
+        if (ctid % 128 == 0) {
+            tma_store_wait<0>();
+        }
+        pipeline_q.consumer_release(state);
+    };
+    auto release_pending_q = [&]() __attribute__((always_inline)) {
+        if (q_release_pending) {
+            release_q(pending_q_state);
+            q_release_pending = false;
+        }
+    };
 
     ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
@@ -100,8 +119,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // of ones instead of O, which a P V GEMM may still be writing.
         Tensor rescale = make_tensor<float>(Shape<Int<kRows>, _1>{});
 
-        cutlass::arch::ClusterTransactionBarrier::wait(&shared.q_full, q_full_phase);
-        q_full_phase ^= 1;
+        pipeline_q.consumer_wait(q_state);
+        Tensor tSrQ_tile = tSrQ(_, _, _, q_state.index());
 
         // The lambdas are forced inline (as are all device functions here): a call between a
         // wgmma's issue and its wait makes ptxas wait for the wgmma before the call.
@@ -138,7 +157,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         auto kv_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
             pipeline_k.consumer_wait(k_state);
             turns.wait();
-            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ, tSrK(_, _, _, k_state.index()), acc_s);
+            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ_tile, tSrK(_, _, _, k_state.index()), acc_s);
             rescale_o();
             pipeline_v.consumer_wait(v_state);
             warpgroup_fence_operand(p);
@@ -163,8 +182,9 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             // Line 8 for the first block, and its softmax (O is still 0: nothing to rescale).
             pipeline_k.consumer_wait(k_state);
             turns.wait();
-            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ, tSrK(_, _, _, k_state.index()), acc_s);
+            wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ_tile, tSrK(_, _, _, k_state.index()), acc_s);
             turns.pass();
+            release_pending_q();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_s);
             pipeline_k.consumer_release(k_state);
@@ -185,10 +205,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 }
             }
         }
-        // Every S = Q K^T of this warpgroup is done.
-        if (Traits::kSeparateO && ctid % 128 == 0) {
-            cutlass::arch::ClusterBarrier::arrive(&shared.q_free);
-        }
         if (n_blocks.begin < n_blocks.end) {
             // Line 10 for the last block.
             pipeline_v.consumer_wait(v_state);
@@ -206,10 +222,18 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // Lines 12-13.
         auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
                                     kDropout ? params.dropout_scale : 1.f);
-        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid);
+        release_pending_q();  // a tile without KV blocks issues no S
+        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid, q_state.index());
+        if constexpr (Traits::kQStages == 1) {
+            release_q(q_state);  // the next tile's Q waits for this buffer
+        } else {
+            q_release_pending = true;
+            pending_q_state = q_state;
+        }
+        ++q_state;
     }
     // The last O store has read its shared memory before the block exits.
-    if (ctid == 0) {
+    if (ctid % 128 == 0) {
         tma_store_wait<0>();
     }
 }

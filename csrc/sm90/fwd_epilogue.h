@@ -1,6 +1,8 @@
-// Algorithm 1 lines 14-15 for one tile, run by all consumer threads: O through shared memory to
-// global memory, L straight from registers into softmax_lse. Without a buffer of its own, O goes
-// through Q's, and the epilogue ends by handing that back to the producer.
+// Algorithm 1 lines 14-15 for one tile, run by each consumer warpgroup on its own 64 rows: O
+// through shared memory to global memory, L straight from registers into softmax_lse. O goes
+// through the warpgroup's rows of the tile's Q buffer, which its last S = Q K^T has finished
+// reading; the caller hands the buffer back once the store has read it. No barrier spans the
+// warpgroups, so that they stay out of step (warpgroup_turns.h) from tile to tile.
 #pragma once
 
 #include <numeric>
@@ -18,13 +20,12 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-// 16-byte row chunks of a (kBlockM, kHeadDim) tile spread over the consumer threads, for the
+// 16-byte row chunks of a warpgroup's (64, kHeadDim) rows spread over its 128 threads, for the
 // rows the TMA must not write.
 template <class Traits>
 using PredicatedCopyO = decltype(make_tiled_copy(
     Copy_Atom<UniversalCopy<cute::uint128_t>, typename Traits::Element>{},
-    make_layout(make_shape(Int<Traits::kNumConsumerThreads / std::gcd(Traits::kHeadDim / 8, 8)>{},
-                           Int<std::gcd(Traits::kHeadDim / 8, 8)>{}),
+    make_layout(make_shape(Int<128 / std::gcd(Traits::kHeadDim / 8, 8)>{}, Int<std::gcd(Traits::kHeadDim / 8, 8)>{}),
                 LayoutRight{}),
     Layout<Shape<_1, _8>>{}));
 
@@ -32,13 +33,16 @@ template <class Traits, class AccO, class Lse, class ThrMmaO>
 __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared, BlockInfo const &binfo,
                                              TileCoord const &tc, AccO const &acc_o, Lse const &lse,
-                                             ThrMmaO const &thr_mma_o, int ctid) {
+                                             ThrMmaO const &thr_mma_o, int ctid, int q_stage) {
     using Element = typename Traits::Element;
     using BlockM = typename Traits::BlockM;
     using HeadDim = typename Traits::HeadDim;
-    constexpr uint32_t kEpilogueBarrier = uint32_t(FwdBarrier::kEpilogue);
+    using BoxCols = Int<Traits::kOBoxCols>;
+    const int warpgroup = ctid / 128, wtid = ctid % 128;
+    const uint32_t barrier = uint32_t(FwdBarrier::kEpilogueOfWarpgroup0) + warpgroup;
     const int row0 = tc.m_block * Traits::kBlockM;
-    const int rows_left = binfo.seqlen_q - row0;
+    const int rows_left = binfo.seqlen_q - row0;      // of the tile
+    const int wg_rows_left = rows_left - 64 * warpgroup;  // of this warpgroup's rows
 
     // L: the quad lane holding column 0 of a row writes it.
     Tensor cO = thr_mma_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
@@ -54,55 +58,48 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
         }
     }
 
-    // O's buffer is free: with kSeparateO once the previous tile's TMA store has read it (the
-    // thread that issued the store waits), else once every warpgroup is past its last read of Q.
-    Tensor sO = make_tensor(make_smem_ptr(Traits::smem_o(shared)), typename Traits::SmemLayoutO{});
-    if (Traits::kSeparateO && ctid == 0) {
-        tma_store_wait<0>();
-    }
-    cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, kEpilogueBarrier);
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sO = sQ(_, _, q_stage);
     Tensor r_o = make_tensor<Element>(acc_o.layout());
     convert(acc_o, r_o);
     copy(r_o, thr_mma_o.partition_C(sO));
     cutlass::arch::fence_view_async_shared();  // the TMA store reads what st.shared wrote
-    cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, kEpilogueBarrier);
+    cutlass::arch::NamedBarrier::sync(128, barrier);
 
     // A varlen tile that runs past its sequence's end would have the TMA write into the next
     // sequence's rows; the padded layout's tensor ends with the sequence, and the TMA clips there.
-    if (!binfo.varlen || rows_left >= Traits::kBlockM) {
-        if (ctid == 0) {
+    if (!binfo.varlen || wg_rows_left >= 64) {
+        if (wtid == 0) {
             Tensor mO = kp.tma_o.get_tma_tensor(kp.shape_o);
             Tensor gO = local_tile(tma_sequence<true>(mO, kp.shape_o, binfo.q_start, tc.bidh, tc.bidb),
                                    Shape<BlockM, HeadDim>{}, make_coord(tc.m_block, _0{}));
-            auto [tOgO, tOsO] = tma_partition(kp.tma_o, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
-            copy(kp.tma_o, tOsO, tOgO);
-            tma_store_arrive();
-            if constexpr (!Traits::kSeparateO) {
-                tma_store_wait<0>();
+            // Q's layout stacks its swizzle atoms down the rows first: a box of 64 rows by one
+            // atom's columns is contiguous.
+            CUTE_UNROLL
+            for (int j = 0; j < Traits::kHeadDim / Traits::kOBoxCols; ++j) {
+                Tensor sBox = make_tensor(make_smem_ptr(&sO(64 * warpgroup, j * Traits::kOBoxCols)),
+                                          typename Traits::SmemLayoutOBox{});
+                Tensor gBox = local_tile(gO, Shape<_64, BoxCols>{}, make_coord(warpgroup, j));
+                auto [tOgO, tOsO] = tma_partition(kp.tma_o, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+                copy(kp.tma_o, tOsO, tOgO);
             }
+            tma_store_arrive();
         }
-    } else {
-        Tensor gO = local_tile(binfo.q_rows<Element, Traits::kHeadDim>(kp.params.o_ptr, kp.params.o_batch_stride,
-                                                                       kp.params.o_row_stride,
-                                                                       kp.params.o_head_stride, tc.bidh),
-                               Shape<BlockM, HeadDim>{}, make_coord(tc.m_block, _0{}));
+    } else if (wg_rows_left > 0) {
+        Tensor mO = binfo.q_rows<Element, Traits::kHeadDim>(kp.params.o_ptr, kp.params.o_batch_stride,
+                                                             kp.params.o_row_stride, kp.params.o_head_stride, tc.bidh);
+        Tensor gO = local_tile(mO, Shape<_64, HeadDim>{},
+                               make_coord(tc.m_block * Traits::kNumConsumerWarpgroups + warpgroup, _0{}));
         PredicatedCopyO<Traits> copy_o;
-        auto thr_copy = copy_o.get_thread_slice(ctid);
-        Tensor tOsO = thr_copy.partition_S(sO);
+        auto thr_copy = copy_o.get_thread_slice(wtid);
+        Tensor tOsO = thr_copy.partition_S(local_tile(sO, Shape<_64, HeadDim>{}, make_coord(warpgroup, _0{})));
         Tensor tOgO = thr_copy.partition_D(gO);
-        Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+        Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<_64, HeadDim>{}));
         CUTE_UNROLL
         for (int m = 0; m < size<1>(tOsO); ++m) {
-            if (get<0>(tOcO(0, m, 0)) < rows_left) {
+            if (get<0>(tOcO(0, m, 0)) < wg_rows_left) {
                 copy(copy_o, tOsO(_, m, _), tOgO(_, m, _));
             }
-        }
-    }
-    if constexpr (!Traits::kSeparateO) {
-        // Q's buffer is free once every thread has read O out of it.
-        cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, kEpilogueBarrier);
-        if (ctid == 0) {
-            cutlass::arch::ClusterBarrier::arrive(&shared.q_free);
         }
     }
 }

@@ -15,6 +15,18 @@
 
 namespace flash::sm90 {
 
+// A TMA pipeline's parameters: thread 0 (the producer thread) leads, every consumer thread
+// releases.
+template <class Traits, class Pipeline>
+__device__ __forceinline__ typename Pipeline::Params tma_pipeline_params(bool is_producer, uint32_t transaction_bytes) {
+    typename Pipeline::Params params;
+    params.transaction_bytes = transaction_bytes;
+    params.role = is_producer ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    params.is_leader = threadIdx.x == 0;
+    params.num_consumers = Traits::kNumConsumerThreads;
+    return params;
+}
+
 // kScoreMod: softcap and ALiBi (common/score_mod.h) on, a compile-time switch as in the FA2 family;
 // kDropout: dropout too (fwd_consumer.h).
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
@@ -24,6 +36,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 // archs (sm80 in the default "80;90") compile an empty kernel, which the dispatcher never launches.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using SharedStorage = typename Traits::SharedStorage;
+    using PipelineQ = typename Traits::PipelineQ;
     using PipelineKV = typename Traits::PipelineKV;
     extern __shared__ __align__(1024) char smem[];
     SharedStorage &shared = *reinterpret_cast<SharedStorage *>(smem);
@@ -31,18 +44,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const bool is_producer = cutlass::canonical_warp_group_idx() == 0;
 
     // Thread 0 (warp 0) initializes every barrier; the pipelines' consumers are all the threads
-    // of the consumer warpgroups.
-    typename PipelineKV::Params pipeline_params;
-    pipeline_params.transaction_bytes = Traits::kKVStageBytes;
-    pipeline_params.role = is_producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
-    pipeline_params.is_leader = threadIdx.x == 0;
-    pipeline_params.num_consumers = Traits::kNumConsumerThreads;
-    PipelineKV pipeline_k(shared.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
-    PipelineKV pipeline_v(shared.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
-    if (threadIdx.x == 0) {
-        cutlass::arch::ClusterTransactionBarrier::init(&shared.q_full, 1);
-        cutlass::arch::ClusterBarrier::init(&shared.q_free, Traits::kQFreeArrivals);
-        if constexpr (Traits::kDynamicTiles) {
+    // of the consumer warpgroups. Q goes through a pipeline of its own, a stage per tile.
+    PipelineQ pipeline_q(shared.pipeline_q, tma_pipeline_params<Traits, PipelineQ>(is_producer, Traits::kQBytes),
+                         Shape<_1, _1, _1>{});
+    PipelineKV pipeline_k(shared.pipeline_k,
+                          tma_pipeline_params<Traits, PipelineKV>(is_producer, Traits::kKVStageBytes),
+                          Shape<_1, _1, _1>{});
+    PipelineKV pipeline_v(shared.pipeline_v,
+                          tma_pipeline_params<Traits, PipelineKV>(is_producer, Traits::kKVStageBytes),
+                          Shape<_1, _1, _1>{});
+    if constexpr (Traits::kDynamicTiles) {
+        if (threadIdx.x == 0) {
             shared.tile_ring.init(Traits::kNumConsumerThreads);
         }
     }
@@ -52,11 +64,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (is_producer) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
         if (threadIdx.x == 0) {
-            fwd_producer<Traits, kIsCausal>(kp, shared, pipeline_k, pipeline_v);
+            fwd_producer<Traits, kIsCausal>(kp, shared, pipeline_q, pipeline_k, pipeline_v);
         }
     } else {
         cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-        fwd_consumer<Traits, kIsCausal, kScoreMod, kDropout>(kp, shared, pipeline_k, pipeline_v, threadIdx.x - 128);
+        fwd_consumer<Traits, kIsCausal, kScoreMod, kDropout>(kp, shared, pipeline_q, pipeline_k, pipeline_v,
+                                                            threadIdx.x - 128);
     }
 #endif
 }

@@ -17,8 +17,8 @@ using namespace cute;
 
 // Named barriers of the consumer warpgroups (CUTLASS offsets the ids past its reserved ones).
 enum class FwdBarrier : uint32_t {
-    kEpilogue = 0,          // all consumer threads, around O's trip through shared memory
-    kTurnOfWarpgroup0 = 1,  // warpgroup_turns.h: 1 to the number of consumer warpgroups
+    kEpilogueOfWarpgroup0 = 0,  // one per consumer warpgroup, around its O's trip through shared memory
+    kTurnOfWarpgroup0 = 3,      // warpgroup_turns.h: one per consumer warpgroup
 };
 
 // kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h).
@@ -57,9 +57,15 @@ struct FwdKernelTraits {
     static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockN, "one wgmma spans the KV block");
     static_assert(size<1>(typename TiledMmaO::AtomShape_MNK{}) == kHeadDim, "one wgmma spans the head dim");
 
-    using SmemLayoutQ = decltype(tile_to_shape(
-        cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM, HeadDim>(),
-        Shape<BlockM, HeadDim>{}));
+    static constexpr int kQBytes = kBlockM * kHeadDim * sizeof(Element);
+    static constexpr int kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
+    // Two Q buffers where shared memory allows (227 KB per block): then the next tile's Q loads
+    // while this tile runs, and O goes out through this tile's buffer.
+    static constexpr int kQStages = 2 * kQBytes + 2 * kStages * kKVStageBytes + 4096 <= 227 * 1024 ? 2 : 1;
+
+    using SmemLayoutAtomQ =
+        decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM, HeadDim>());
+    using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<BlockM, HeadDim, Int<kQStages>>{}));
     using SmemLayoutK = decltype(tile_to_shape(
         cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockN, HeadDim>(),
         Shape<BlockN, HeadDim, Int<kStages>>{}));
@@ -68,48 +74,30 @@ struct FwdKernelTraits {
     using SmemLayoutVt = decltype(tile_to_shape(
         cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, HeadDim, BlockN>(),
         Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{}));
-    // O has Q's layout (and, without kSeparateO below, Q's buffer).
-    using SmemLayoutO = SmemLayoutQ;
+    // O goes out through its tile's Q buffer, each warpgroup's 64 rows once its last S = Q K^T is
+    // done, as boxes of 64 rows by one swizzle atom's columns (contiguous in Q's layout, whose
+    // atoms run down the rows first).
+    static constexpr int kOBoxCols = size<1>(SmemLayoutAtomQ{});
+    using SmemLayoutOBox = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<_64, Int<kOBoxCols>>{}));
 
     using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+    using PipelineQ = cutlass::PipelineTmaAsync<kQStages>;
     using PipelineState = typename PipelineKV::PipelineState;
-
-    static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
-    static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
-
-    // O gets a buffer of its own where shared memory allows (227 KB per block): then the next
-    // tile's Q loads as soon as the last S = Q K^T is done, and O's TMA store runs on into the
-    // next tile. Otherwise O goes out through Q's buffer once the tile is done.
-    static constexpr bool kSeparateO = 2 * kQBytes + 2 * kStages * kKVStageBytes + 1024 <= 227 * 1024;
-    struct NoBuffer {};
-    using BufferO = std::conditional_t<kSeparateO, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoBuffer>;
+    using PipelineStateQ = typename PipelineQ::PipelineState;
 
     struct SharedStorage {
         // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
         cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
         cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
         cute::array_aligned<Element, cosize_v<SmemLayoutVt>, 1024> v;
-        BufferO o;
+        typename PipelineQ::SharedStorage pipeline_q;
         typename PipelineKV::SharedStorage pipeline_k;
         typename PipelineKV::SharedStorage pipeline_v;
-        uint64_t q_full;  // Q landed (TMA transaction barrier)
-        uint64_t q_free;  // every consumer warpgroup is done with Q (and, without kSeparateO, with O)
         std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
         float2 softmax_fence[kNumConsumerThreads];  // wgmma_utils.h, wait_below
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
-    // Arrivals that free Q's buffer: one per consumer warpgroup after its last S, or one after
-    // the epilogue.
-    static constexpr int kQFreeArrivals = kSeparateO ? kNumConsumerWarpgroups : 1;
-
-    __device__ __forceinline__ static Element *smem_o(SharedStorage &shared) {
-        if constexpr (kSeparateO) {
-            return shared.o.data();
-        } else {
-            return shared.q.data();
-        }
-    }
 
     // Global tensors as the TMA sees them: Q, K, O as (seqlen, head dim, heads, batch), V as
     // (head dim, seqlen, heads, batch). Varlen: seqlen is the packed total, batch is 1.
@@ -124,13 +112,13 @@ struct FwdKernelTraits {
     }
 
     using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeRows, StrideRows>(),
-                                        SmemLayoutQ{}));
+                                        SmemLayoutQ{}(_, _, _0{})));
     using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeRows, StrideRows>(),
                                         SmemLayoutK{}(_, _, _0{})));
     using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Element const, ShapeCols, StrideCols>(),
                                         SmemLayoutVt{}(_, _, _0{})));
     using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, gmem_tensor<Element, ShapeRows, StrideRows>(),
-                                        SmemLayoutO{}));
+                                        SmemLayoutOBox{}));
 };
 
 }  // namespace flash::sm90

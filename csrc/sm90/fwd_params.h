@@ -49,10 +49,10 @@ FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_
     auto lo = tma_rows_layout<Traits>(o);
     FwdKernelParams<Traits> kp{
         p,
-        make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(q.ptr, lq), typename Traits::SmemLayoutQ{}),
+        make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(q.ptr, lq), typename Traits::SmemLayoutQ{}(_, _, _0{})),
         make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(k.ptr, lk), typename Traits::SmemLayoutK{}(_, _, _0{})),
         make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element const>(v.ptr, lv), typename Traits::SmemLayoutVt{}(_, _, _0{})),
-        make_tma_copy(SM90_TMA_STORE{}, tma_gmem<Element>(o.ptr, lo), typename Traits::SmemLayoutO{}),
+        make_tma_copy(SM90_TMA_STORE{}, tma_gmem<Element>(o.ptr, lo), typename Traits::SmemLayoutOBox{}),
         lq.shape(),
         lk.shape(),
         lo.shape(),

@@ -16,13 +16,12 @@ using namespace cute;
 template <class Traits, bool kIsCausal>
 __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared,
+                                             typename Traits::PipelineQ &pipeline_q,
                                              typename Traits::PipelineKV &pipeline_k,
                                              typename Traits::PipelineKV &pipeline_v) {
     using BlockM = typename Traits::BlockM;
     using BlockN = typename Traits::BlockN;
     using HeadDim = typename Traits::HeadDim;
-    using ClusterTransactionBarrier = cutlass::arch::ClusterTransactionBarrier;
-    using ClusterBarrier = cutlass::arch::ClusterBarrier;
     Flash_fwd_params const &params = kp.params;
 
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
@@ -36,9 +35,9 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
     Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k);
     Tensor mVt = kp.tma_v.get_tma_tensor(kp.shape_v);  // (d, rows, heads, batch)
 
+    auto q_state = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
     auto k_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
     auto v_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
-    int q_free_phase = 1;  // the first tile finds Q's buffer free
 
     ProducerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, params);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
@@ -58,15 +57,22 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
                                Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
         Tensor gVt = local_tile(tma_sequence<false>(mVt, kp.shape_v, binfo.k_start, bidh_k, tc.bidb),
                                 Shape<HeadDim, BlockN>{}, make_coord(_0{}, _));  // (d, N, n_block)
-        auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-        // (TMA, n_block) and (TMA, stage); not structured bindings, which lambdas cannot capture in C++17.
+        // (TMA, stage) and (TMA, n_block); not structured bindings, which lambdas cannot capture in C++17.
+        auto tQgQ_tQsQ = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         auto tKgK_tKsK = tma_partition(kp.tma_k, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto tVgV_tVsV = tma_partition(kp.tma_v, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+        Tensor tQgQ = get<0>(tQgQ_tQsQ);
+        Tensor tQsQ = get<1>(tQgQ_tQsQ);
         Tensor tKgK = get<0>(tKgK_tKsK);
         Tensor tKsK = get<1>(tKgK_tKsK);
         Tensor tVgV = get<0>(tVgV_tVsV);
         Tensor tVsV = get<1>(tVgV_tVsV);
 
+        auto load_q = [&]() __attribute__((always_inline)) {
+            pipeline_q.producer_acquire(q_state);
+            copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(q_state)), tQgQ, tQsQ(_, q_state.index()));
+            ++q_state;
+        };
         auto load_k = [&](int n_block) __attribute__((always_inline)) {
             pipeline_k.producer_acquire(k_state);
             copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(k_state)), tKgK(_, n_block),
@@ -80,21 +86,24 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
             ++v_state;
         };
 
-        // Blocks in the consumers' order, last to first. The first K goes out before Q, which
-        // waits until the previous tile is done with Q's buffer. The next tile is claimed just
+        // Blocks in the consumers' order, last to first. With two Q buffers, Q goes out first: its
+        // buffer was freed by the tile before last. With one, the first K goes out before Q, which
+        // waits until the previous tile's O has left Q's buffer. The next tile is claimed just
         // before the last block's loads (before Q's without a block): the waits for their stages
         // hide the atomic's latency.
         int n_block = n_blocks.end - 1;
         if (n_block <= n_blocks.begin) {
             tiles.claim();
         }
+        if constexpr (Traits::kQStages > 1) {
+            load_q();
+        }
         if (n_block >= n_blocks.begin) {
             load_k(n_block);
         }
-        ClusterBarrier::wait(&shared.q_free, q_free_phase);
-        q_free_phase ^= 1;
-        ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, Traits::kQBytes);
-        copy(kp.tma_q.with(shared.q_full), tQgQ, tQsQ);
+        if constexpr (Traits::kQStages == 1) {
+            load_q();
+        }
         if (n_block >= n_blocks.begin) {
             load_v(n_block);
         }
