@@ -36,6 +36,13 @@ struct FwdKernelTraits {
     static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
     static constexpr int kNumThreads = kNumConsumerThreads + 128;
     static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
+    // One epilogue barrier and one turn barrier per consumer warpgroup, apart, within the 16 ids
+    // (CUTLASS's NamedBarrier adds its 8 reserved ones).
+    static_assert(uint32_t(FwdBarrier::kEpilogueOfWarpgroup0) + kNumConsumerWarpgroups <=
+                      uint32_t(FwdBarrier::kTurnOfWarpgroup0) &&
+                  uint32_t(FwdBarrier::kTurnOfWarpgroup0) + kNumConsumerWarpgroups +
+                          cutlass::arch::NamedBarrier::ReservedNamedBarrierCount <=
+                      cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers);
     // setmaxnreg: the loader gives registers back to the consumers (64K registers per SM, counts
     // in multiples of 8).
     static constexpr int kProducerRegs = 24;

@@ -17,7 +17,8 @@ struct Sm90FwdTileConfig {
     int num_stages;  // shared-memory buffers for each of K and V
 };
 
-// Shared memory (227 KB per block) bounds the larger head dims: Q, 2 stages of K and of V.
+// Shared memory (227 KB per block) bounds the larger head dims: Q (one or two buffers,
+// fwd_kernel_traits.h), 2 stages of K and of V.
 constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool variants) {
     switch (head_dim) {
         case 64:
