@@ -47,12 +47,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // of the consumer warpgroups. Q goes through a pipeline of its own, a stage per tile.
     PipelineQ pipeline_q(shared.pipeline_q, tma_pipeline_params<Traits, PipelineQ>(is_producer, Traits::kQBytes),
                          Shape<_1, _1, _1>{});
-    PipelineKV pipeline_k(shared.pipeline_k,
-                          tma_pipeline_params<Traits, PipelineKV>(is_producer, Traits::kKVStageBytes),
-                          Shape<_1, _1, _1>{});
-    PipelineKV pipeline_v(shared.pipeline_v,
-                          tma_pipeline_params<Traits, PipelineKV>(is_producer, Traits::kKVStageBytes),
-                          Shape<_1, _1, _1>{});
+    const auto kv_params = tma_pipeline_params<Traits, PipelineKV>(is_producer, Traits::kKVStageBytes);
+    PipelineKV pipeline_k(shared.pipeline_k, kv_params, Shape<_1, _1, _1>{});
+    PipelineKV pipeline_v(shared.pipeline_v, kv_params, Shape<_1, _1, _1>{});
     if constexpr (Traits::kDynamicTiles) {
         if (threadIdx.x == 0) {
             shared.tile_ring.init(Traits::kNumConsumerThreads);

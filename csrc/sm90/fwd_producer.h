@@ -57,7 +57,7 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
                                Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
         Tensor gVt = local_tile(tma_sequence<false>(mVt, kp.shape_v, binfo.k_start, bidh_k, tc.bidb),
                                 Shape<HeadDim, BlockN>{}, make_coord(_0{}, _));  // (d, N, n_block)
-        // (TMA, stage) and (TMA, n_block); not structured bindings, which lambdas cannot capture in C++17.
+        // (TMA[, n_block]) and (TMA, stage); not structured bindings, which lambdas cannot capture in C++17.
         auto tQgQ_tQsQ = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         auto tKgK_tKsK = tma_partition(kp.tma_k, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
         auto tVgV_tVsV = tma_partition(kp.tma_v, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
