@@ -19,7 +19,7 @@ template <bool kIsCausal>
 void time_config(int seqlen, uint32_t seed) {
     Buffers buffers;
     Flash_bwd_params p{};
-    fill_grid_params(p, buffers, seqlen, TUNE_HDIM, seed);
+    fill_grid_params(p, buffers, seqlen, TUNE_HDIM, kIsCausal, seed);
     flash::sm80::run_mha_fwd_<Element, TUNE_HDIM, kIsCausal>(p, 0);
     const int64_t numel = int64_t(p.batch) * seqlen * p.num_heads * TUNE_HDIM;
     p.do_ptr = buffers.random(numel, seed + 3);

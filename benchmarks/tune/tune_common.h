@@ -52,8 +52,9 @@ struct Buffers {
     }
 };
 
-// q, k, v random and o, lse allocated, for (batch, seqlen, nheads, d) tensors in one layout.
-inline void fill_grid_params(Flash_fwd_params &p, Buffers &buffers, int seqlen, int d, uint32_t seed) {
+// q, k, v random and o, lse allocated, for (batch, seqlen, nheads, d) tensors in one layout; no
+// window beyond the causal bound (a zero-initialized window would be (0, 0): the diagonal alone).
+inline void fill_grid_params(Flash_fwd_params &p, Buffers &buffers, int seqlen, int d, bool causal, uint32_t seed) {
     const int batch = 16384 / seqlen, nheads = 2048 / d;
     const int64_t numel = int64_t(batch) * seqlen * nheads * d;
     p.q_ptr = buffers.random(numel, seed);
@@ -71,6 +72,8 @@ inline void fill_grid_params(Flash_fwd_params &p, Buffers &buffers, int seqlen, 
     p.softmax_scale = 1.f / std::sqrt(float(d));
     p.softmax_scale_log2 = p.softmax_scale * float(M_LOG2E);
     p.is_bf16 = std::is_same_v<Element, cutlass::bfloat16_t>;
+    p.window_left = kWindowUnbounded;
+    p.window_right = causal ? 0 : kWindowUnbounded;
 }
 
 // Mean milliseconds of one launch over 30, after 5 warm-up launches.

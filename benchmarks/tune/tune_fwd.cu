@@ -11,7 +11,7 @@ template <bool kIsCausal>
 void time_config(int seqlen, uint32_t seed) {
     Buffers buffers;
     Flash_fwd_params p{};
-    fill_grid_params(p, buffers, seqlen, TUNE_HDIM, seed);
+    fill_grid_params(p, buffers, seqlen, TUNE_HDIM, kIsCausal, seed);
     const float ms = time_ms([&] { flash::sm80::launch_fwd<Traits, kIsCausal, false>(p, 0); });
     std::printf("fwd causal=%d seqlen=%d smem=%d ms=%.4f tflops=%.1f\n", int(kIsCausal), seqlen, Traits::kSmemSize, ms,
                 forward_flops(seqlen, TUNE_HDIM, kIsCausal) / ms * 1e-9);

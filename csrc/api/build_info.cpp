@@ -48,8 +48,8 @@ py::tuple fwd_kernel_config(int head_dim, bool causal, bool dropout) {
     return py::make_tuple(cfg.block_m, cfg.block_n, cfg.num_warps);
 }
 
-py::dict bwd_kernel_config(int head_dim) {
-    const flash::sm80::BwdTileConfig cfg = flash::sm80::bwd_tile_config(head_dim);
+py::dict bwd_kernel_config(int head_dim, bool large_smem) {
+    const flash::sm80::BwdTileConfig cfg = flash::sm80::bwd_tile_config(head_dim, large_smem);
     py::dict config;
     config["block_m"] = cfg.block_m;
     config["block_n"] = cfg.block_n;
@@ -59,7 +59,7 @@ py::dict bwd_kernel_config(int head_dim) {
     config["atom_m_dq"] = cfg.atom_m_dq;
     config["stages_q_do"] = cfg.stages_q_do;
     config["dq_before_dk"] = cfg.dq_before_dk;
-    config["smem_bytes"] = flash::sm80::bwd_smem_bytes(head_dim);
+    config["smem_bytes"] = flash::sm80::bwd_smem_bytes(cfg, head_dim);
     return config;
 }
 
@@ -81,8 +81,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fwd_kernel_config", &fwd_kernel_config,
           "(block_m, block_n, num_warps) of the FA2 family's forward at a kernel head dim", py::arg("head_dim"),
           py::arg("causal"), py::arg("dropout") = false);
-    m.def("bwd_kernel_config", &bwd_kernel_config, "the FA2 family's backward table entry at a kernel head dim",
-          py::arg("head_dim"));
+    m.def("bwd_kernel_config", &bwd_kernel_config,
+          "the FA2 family's backward table entry at a kernel head dim (large_smem: on a GPU with sm90's 227 KB)",
+          py::arg("head_dim"), py::arg("large_smem") = false);
     m.def("fwd_family", &family_of_fwd, "the family (sm80 or sm90) that runs this forward on these tensors' GPU",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
           py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("softmax_scale"), py::arg("causal"),

@@ -16,7 +16,8 @@ bool run_bwd(Flash_bwd_params &params, cudaStream_t stream);
 // The scratch buffers the backward of params needs (params' shapes, lengths and varlen-ness).
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic);
 
-// Shared memory per thread block of the backward at this kernel head dim.
+// Shared memory per thread block the backward needs at this kernel head dim (its table entry for
+// GPUs with less than sm90's room; the launcher takes a larger one where the GPU allows).
 int bwd_smem_bytes(int head_dim);
 
 }  // namespace flash::sm80

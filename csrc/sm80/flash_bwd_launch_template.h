@@ -1,6 +1,8 @@
 // Launches the backward pass (preprocess, main kernel, postprocess) with the tile shape the
-// dispatch table picks for the head dim.
+// dispatch table picks for the head dim and the GPU's shared memory.
 #pragma once
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 
@@ -14,9 +16,9 @@
 
 namespace flash::sm80 {
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kLargeSmem>
 struct BwdTraitsFor {
-    static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim);
+    static constexpr BwdTileConfig kCfg = bwd_tile_config(kHeadDim, kLargeSmem);
     using type = BwdKernelTraits<kHeadDim, kCfg.block_m, kCfg.block_n, kCfg.num_warps, kCfg.atom_m_sdp,
                                  kCfg.atom_m_dkv, kCfg.atom_m_dq, kCfg.stages_q_do, kCfg.dq_before_dk, Element>;
     static_assert(type::kSmemSize == bwd_smem_bytes(kCfg, kHeadDim));
@@ -54,9 +56,28 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
         <<<grid_post, Traits::kNThreads, Traits::kSmemQdOElems * sizeof(Element), stream>>>(params);
 }
 
+// Shared memory a block of the current GPU may opt in to (0 if the query fails).
+inline int smem_per_block_optin() {
+    int device = 0, bytes = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+        return 0;
+    }
+    return bytes;
+}
+
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_bwd_(Flash_bwd_params &params, cudaStream_t stream) {
-    launch_bwd<typename BwdTraitsFor<Element, kHeadDim>::type, kIsCausal>(params, stream);
+    using Traits = typename BwdTraitsFor<Element, kHeadDim, false>::type;
+    using LargeTraits = typename BwdTraitsFor<Element, kHeadDim, true>::type;
+    static_assert(Traits::kBlockM == LargeTraits::kBlockM, "the dQ scratch is padded to one block_m");
+    if constexpr (!std::is_same_v<Traits, LargeTraits>) {
+        if (smem_per_block_optin() >= LargeTraits::kSmemSize) {
+            launch_bwd<LargeTraits, kIsCausal>(params, stream);
+            return;
+        }
+    }
+    launch_bwd<Traits, kIsCausal>(params, stream);
 }
 
 }  // namespace flash::sm80
