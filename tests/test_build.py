@@ -181,7 +181,7 @@ def test_backward_dispatch_table_entries_are_valid(head_dim, large_smem):
     assert cfg["stages_q_do"] in (1, 2)
     elems = 2 * cfg["block_n"] * head_dim + 2 * cfg["stages_q_do"] * cfg["block_m"] * head_dim
     assert cfg["smem_bytes"] == 2 * (elems + 2 * cfg["block_m"] * cfg["block_n"])
-    # The entry for GPUs with less room fits sm80's 163 KB, the other sm90's 227 KB; both pad the dQ
-    # scratch to the same block_m.
+    # The base entry fits sm80's 163 KB, the large one sm90's 227 KB; both pad the dQ scratch to the
+    # same block_m.
     assert cfg["smem_bytes"] <= (227 if large_smem else 163) * 1024
     assert cfg["block_m"] == _extension.load().bwd_kernel_config(head_dim, False)["block_m"]

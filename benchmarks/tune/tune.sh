@@ -40,8 +40,13 @@ for cfg in "$@"; do
     fi
     # The spills of the timed kernel (its entries without score mod or dropout), not of the
     # binary's other kernels.
-    spills=$(awk -v k="flash_${cfg%% *}_kernel" '/Function properties for/ { f = index($0, k) && !index($0, "Lb1ELNS") && !index($0, "FwdDropoutE1") && !index($0, "FwdDropoutE2") }
-        f && /spill stores/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes" && $(i + 2) == "spill" && $(i + 3) ~ /^stores/) print $i }' "$bin/$n.build.log" | sort -n | tail -1)
+    spills=$(awk -v k="flash_${cfg%% *}_kernel" '
+        /Function properties for/ {
+            f = index($0, k) && !index($0, "Lb1ELNS") && !index($0, "FwdDropoutE1") && !index($0, "FwdDropoutE2")
+        }
+        f && /spill stores/ {
+            for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes" && $(i + 2) == "spill" && $(i + 3) ~ /^stores/) print $i
+        }' "$bin/$n.build.log" | sort -n | tail -1)
     # A candidate that fails at run time (e.g. more shared memory than the GPU allows) gets one
     # "run failed" row; the others still run.
     "$bin/$n" 2>&1 | sed "s|\$| [$cfg] spill=${spills%% *}|" || echo "run failed [$cfg]"

@@ -82,7 +82,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "(block_m, block_n, num_warps) of the FA2 family's forward at a kernel head dim", py::arg("head_dim"),
           py::arg("causal"), py::arg("dropout") = false);
     m.def("bwd_kernel_config", &bwd_kernel_config,
-          "the FA2 family's backward table entry at a kernel head dim (large_smem: on a GPU with sm90's 227 KB)",
+          "the FA2 family's backward table entry at a kernel head dim (large_smem: the entry for GPUs with the room "
+          "for it)",
           py::arg("head_dim"), py::arg("large_smem") = false);
     m.def("fwd_family", &family_of_fwd, "the family (sm80 or sm90) that runs this forward on these tensors' GPU",
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),

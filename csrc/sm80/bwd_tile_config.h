@@ -19,8 +19,8 @@ struct BwdTileConfig {
 
 // The shared memory each entry needs (K, V, stages x (Q, dO), P, dS; 2-byte elements) fits sm80's
 // 163 KB; on sm86/sm89 (99 KB) the entries above 99 KB raise a clear error (api/attention.cpp).
-// large_smem: the entry for a GPU that gives a block sm90's 227 KB, where it differs (d = 256; the
-// launcher picks it when the GPU has the room, and both keep block_m, which sizes the dQ scratch).
+// large_smem: an entry that needs more room (up to sm90's 227 KB), where one is faster; the launcher
+// takes it on a GPU that has the room for it. Both keep block_m, which sizes the dQ scratch.
 // Numbers behind each entry: benchmarks/NOTES.md.
 constexpr BwdTileConfig bwd_tile_config(int head_dim, bool large_smem = false) {
     switch (head_dim) {
@@ -39,11 +39,21 @@ constexpr BwdTileConfig bwd_tile_config(int head_dim, bool large_smem = false) {
             // (even with its early load) once the adds were reductions (run 17). dQ between dV and
             // dK: +3-4% non-causal, +2% causal at 1k-4k, -1% causal 16k (run 30).
             return {64, 128, 8, 2, 4, 2, 2, true};
+        case 160:
+            // Two Q/dO buffers (136 KB: not on sm86/sm89, where one buffer fits), dQ between dV and
+            // dK, S and dP on 4x2 warps: +4-7% over one buffer (run 118).
+            return large_smem ? BwdTileConfig{64, 64, 8, 4, 4, 4, 2, true}
+                              : BwdTileConfig{64, 64, 8, 2, 4, 4, 1, false};
+        case 192:
+            // Two Q/dO buffers (160 KB, still within sm80's 163 KB), dQ between dV and dK, S and dP
+            // on 4x2 warps, dK, dV and dQ on 2x4: +8-15% over one buffer on 2x4, 4x2, 4x2 (run 118).
+            return {64, 64, 8, 4, 2, 2, 2, true};
         case 256:
             // S and dP on 4x2 warps, dK and dV on 2x4, dQ on 2x4: +5-6% over 2x4, 4x2, 4x2 (runs
             // 110-111, one buffer). With sm90's room, two Q/dO buffers (213 KB), dQ on 4x2 between
             // dV and dK: +10-15% over that at seqlen 512-16k (run 111).
-            return large_smem ? BwdTileConfig{64, 64, 8, 4, 2, 4, 2, true} : BwdTileConfig{64, 64, 8, 4, 2, 2, 1, false};
+            return large_smem ? BwdTileConfig{64, 64, 8, 4, 2, 4, 2, true}
+                              : BwdTileConfig{64, 64, 8, 4, 2, 2, 1, false};
         default:
             return {64, 64, 8, 2, 4, 4, 1, false};
     }

@@ -16,8 +16,8 @@ bool run_bwd(Flash_bwd_params &params, cudaStream_t stream);
 // The scratch buffers the backward of params needs (params' shapes, lengths and varlen-ness).
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic);
 
-// Shared memory per thread block the backward needs at this kernel head dim (its table entry for
-// GPUs with less than sm90's room; the launcher takes a larger one where the GPU allows).
+// Shared memory per thread block the backward needs at this kernel head dim (its base table entry;
+// the launcher takes a larger one where the table has one and the GPU the room).
 int bwd_smem_bytes(int head_dim);
 
 }  // namespace flash::sm80
