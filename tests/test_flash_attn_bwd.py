@@ -19,7 +19,7 @@ from conftest import (
     skip_unbuilt,
     xfail_single_query_bf16_backward,
 )
-from flash_attn_cuda import flash_attn_func
+from flash_attn_cuda import _extension, flash_attn_func
 from flash_attn_cuda.reference import attention_ref
 
 pytestmark = [pytest.mark.gpu, requires_gpu, pytest.mark.usefixtures("kernel_family")]
@@ -130,6 +130,37 @@ def test_backward_of_a_scalar_loss():
     grads_ref, grads_pt = reference_grads(q, k, v, torch.ones_like(q), causal=True)
     for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), grads_ref, grads_pt):
         assert_within_rule(name, g, g_ref, g_pt)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [160, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_on_the_tile_shapes_of_gpus_with_less_shared_memory(dtype, head_dim, causal, monkeypatch):
+    """At these head dims the FA2 backward has a tile shape that needs more shared memory than an
+    A100 (d=256) or an sm86 GPU (d=160) has; FLASH_ATTN_CUDA_SMEM_LIMIT makes the launcher take the
+    shape those GPUs get."""
+    skip_unbuilt(head_dim, dtype)
+    ext = _extension.load()
+    base, large = ext.bwd_kernel_config(head_dim, False), ext.bwd_kernel_config(head_dim, True)
+    assert base["smem_bytes"] < large["smem_bytes"]
+    monkeypatch.setenv("FLASH_ATTN_CUDA_SMEM_LIMIT", str(large["smem_bytes"] - 1))
+    q, k, v = random_qkv(2, 1000, 1100, 4, 2, head_dim, dtype, seed=head_dim + causal)
+    dout = random_dout(q, 7)
+    for deterministic in (False, True):
+        grads = flash_grads(q, k, v, dout, causal, deterministic=deterministic)
+        assert_grads_within_rule(grads, q, k, v, dout, causal)
+
+
+def test_backward_raises_where_no_tile_shape_fits_the_shared_memory(monkeypatch):
+    dtype = torch.bfloat16
+    skip_unbuilt(256, dtype)
+    q, k, v = random_qkv(1, 128, 128, 2, 2, 256, dtype, seed=3)
+    monkeypatch.setenv("FLASH_ATTN_CUDA_SMEM_LIMIT", str(99 * 1024))
+    with pytest.raises(RuntimeError, match="KB of shared memory per block"):
+        flash_grads(q, k, v, random_dout(q, 4), causal=False)
+    monkeypatch.setenv("FLASH_ATTN_CUDA_SMEM_LIMIT", "lots")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUDA_SMEM_LIMIT"):
+        flash_grads(q, k, v, random_dout(q, 4), causal=False)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -1,6 +1,7 @@
 #include "api/checks.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -45,6 +46,21 @@ void check_cu_seqlens(const at::Tensor &cu_seqlens, const char *name, const at::
                       cu_seqlens.device());
     TORCH_CHECK_VALUE(cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 1 && cu_seqlens.is_contiguous(), name,
                       " must be a contiguous 1-D tensor of length batch + 1, got shape ", cu_seqlens.sizes());
+}
+
+// FLASH_ATTN_CUDA_SMEM_LIMIT (bytes): have the kernels' launchers see at most this much shared memory
+// per block, so that the tile shapes of a GPU with less (an A100's 163 KB, say) run on a larger one.
+int smem_per_block(const cudaDeviceProp &props) {
+    const int gpu = static_cast<int>(props.sharedMemPerBlockOptin);
+    const char *limit = std::getenv("FLASH_ATTN_CUDA_SMEM_LIMIT");
+    if (limit == nullptr || limit[0] == '\0') {
+        return gpu;
+    }
+    char *end = nullptr;
+    const long bytes = std::strtol(limit, &end, 10);
+    TORCH_CHECK_VALUE(*end == '\0' && bytes > 0,
+                      "FLASH_ATTN_CUDA_SMEM_LIMIT must be a positive number of bytes, got ", limit);
+    return static_cast<int>(std::min<long>(bytes, gpu));
 }
 
 }  // namespace
@@ -137,5 +153,6 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
     p.props = at::cuda::getDeviceProperties(q.get_device());
     p.sm = p.props->major * 10 + p.props->minor;
     check_device_arch(p.sm);
+    p.smem_per_block = smem_per_block(*p.props);
     return p;
 }

@@ -17,6 +17,8 @@ inline constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
 // cu_seqlens_q / cu_seqlens_k are set.
 struct Problem {
     int batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, sm;
+    // Shared memory a block may opt in to: the GPU's, or less under FLASH_ATTN_CUDA_SMEM_LIMIT.
+    int smem_per_block;
     int total_q, total_k;
     const int *cu_seqlens_q, *cu_seqlens_k;
     const cudaDeviceProp *props;

@@ -116,6 +116,9 @@ struct Flash_bwd_params : Flash_fwd_params {
     // deterministic: KV block j adds into a Q block once the count there reaches j's place among
     // the KV blocks of that Q block's range (common/block_range.h). Else null.
     int *__restrict__ dq_semaphore_ptr;
+    // Shared memory a thread block may opt in to on this GPU, in bytes: where a family has tile
+    // shapes of different sizes, its launcher takes the largest that fits.
+    int smem_per_block;
 };
 
 // The scratch memory a family's backward needs, which the API allocates: the sizes of the buffers

@@ -50,7 +50,7 @@ constexpr BwdTileConfig bwd_tile_config(int head_dim, bool large_smem = false) {
             return {64, 64, 8, 4, 2, 2, 2, true};
         case 256:
             // S and dP on 4x2 warps, dK and dV on 2x4, dQ on 2x4: +5-6% over 2x4, 4x2, 4x2 (runs
-            // 110-111, one buffer). With sm90's room, two Q/dO buffers (213 KB), dQ on 4x2 between
+            // 110-111, one buffer). With sm90's room, two Q/dO buffers (208 KB), dQ on 4x2 between
             // dV and dK: +10-15% over that at seqlen 512-16k (run 111).
             return large_smem ? BwdTileConfig{64, 64, 8, 4, 2, 4, 2, true}
                               : BwdTileConfig{64, 64, 8, 4, 2, 2, 1, false};

@@ -56,23 +56,13 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
         <<<grid_post, Traits::kNThreads, Traits::kSmemQdOElems * sizeof(Element), stream>>>(params);
 }
 
-// Shared memory a block of the current GPU may opt in to (0 if the query fails).
-inline int smem_per_block_optin() {
-    int device = 0, bytes = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-        return 0;
-    }
-    return bytes;
-}
-
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_bwd_(Flash_bwd_params &params, cudaStream_t stream) {
     using Traits = typename BwdTraitsFor<Element, kHeadDim, false>::type;
     using LargeTraits = typename BwdTraitsFor<Element, kHeadDim, true>::type;
     static_assert(Traits::kBlockM == LargeTraits::kBlockM, "the dQ scratch is padded to one block_m");
     if constexpr (!std::is_same_v<Traits, LargeTraits>) {
-        if (smem_per_block_optin() >= LargeTraits::kSmemSize) {
+        if (params.smem_per_block >= LargeTraits::kSmemSize) {
             launch_bwd<LargeTraits, kIsCausal>(params, stream);
             return;
         }
