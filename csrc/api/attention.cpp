@@ -136,10 +136,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     const Family family = bwd_family(params, p.sm, options.deterministic);
     if (family == Family::kSm80) {
         const int smem_needed = flash::sm80::bwd_smem_bytes(p.head_dim);
-        TORCH_CHECK(smem_needed <= p.smem_per_block,
+        TORCH_CHECK(smem_needed <= params.smem_per_block,
                     "flash_attn_cuda: the backward for head_dim ", p.head_dim, " needs ", smem_needed / 1024,
                     " KB of shared memory per block; this GPU (sm", p.sm, ") allows ",
-                    p.smem_per_block / 1024, " KB");
+                    params.smem_per_block / 1024, " KB");
     }
     const BwdWorkspace ws = bwd_workspace(family, params, options.deterministic);
     const auto f32 = q.options().dtype(at::kFloat);

@@ -48,21 +48,6 @@ void check_cu_seqlens(const at::Tensor &cu_seqlens, const char *name, const at::
                       " must be a contiguous 1-D tensor of length batch + 1, got shape ", cu_seqlens.sizes());
 }
 
-// FLASH_ATTN_CUDA_SMEM_LIMIT (bytes): have the kernels' launchers see at most this much shared memory
-// per block, so that the tile shapes of a GPU with less (an A100's 163 KB, say) run on a larger one.
-int smem_per_block(const cudaDeviceProp &props) {
-    const int gpu = static_cast<int>(props.sharedMemPerBlockOptin);
-    const char *limit = std::getenv("FLASH_ATTN_CUDA_SMEM_LIMIT");
-    if (limit == nullptr || limit[0] == '\0') {
-        return gpu;
-    }
-    char *end = nullptr;
-    const long bytes = std::strtol(limit, &end, 10);
-    TORCH_CHECK_VALUE(*end == '\0' && bytes > 0,
-                      "FLASH_ATTN_CUDA_SMEM_LIMIT must be a positive number of bytes, got ", limit);
-    return static_cast<int>(std::min<long>(bytes, gpu));
-}
-
 }  // namespace
 
 std::vector<int64_t> Problem::lse_shape() const {
@@ -153,6 +138,18 @@ Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor
     p.props = at::cuda::getDeviceProperties(q.get_device());
     p.sm = p.props->major * 10 + p.props->minor;
     check_device_arch(p.sm);
-    p.smem_per_block = smem_per_block(*p.props);
     return p;
+}
+
+int smem_per_block(const cudaDeviceProp &props) {
+    const int gpu = static_cast<int>(props.sharedMemPerBlockOptin);
+    const char *limit = std::getenv("FLASH_ATTN_CUDA_SMEM_LIMIT");
+    if (limit == nullptr || limit[0] == '\0') {
+        return gpu;
+    }
+    char *end = nullptr;
+    const long bytes = std::strtol(limit, &end, 10);
+    TORCH_CHECK_VALUE(*end == '\0' && bytes > 0,
+                      "FLASH_ATTN_CUDA_SMEM_LIMIT must be a positive number of bytes, got ", limit);
+    return static_cast<int>(std::min<long>(bytes, gpu));
 }

@@ -17,8 +17,6 @@ inline constexpr int kBuiltArchs[] = {FLASH_ATTN_ARCHS};
 // cu_seqlens_q / cu_seqlens_k are set.
 struct Problem {
     int batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, sm;
-    // Shared memory a block may opt in to: the GPU's, or less under FLASH_ATTN_CUDA_SMEM_LIMIT.
-    int smem_per_block;
     int total_q, total_k;
     const int *cu_seqlens_q, *cu_seqlens_k;
     const cudaDeviceProp *props;
@@ -32,6 +30,11 @@ struct Problem {
 Problem check_problem(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                       const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
                       int64_t max_seqlen_q, int64_t max_seqlen_k);
+
+// Shared memory a block may opt in to on this GPU, or less under FLASH_ATTN_CUDA_SMEM_LIMIT (bytes),
+// so that the tile shapes of a GPU with less (an A100's 163 KB, say) can run on a larger one. Read
+// by the backward only, whose FA2 family picks its tile shape by it.
+int smem_per_block(const cudaDeviceProp &props);
 
 // t must be laid out like q: the same dtype, device and layout (padded or varlen).
 void check_qkv_like(const at::Tensor &t, const char *name, const at::Tensor &q);

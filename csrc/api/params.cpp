@@ -89,6 +89,6 @@ Flash_bwd_params bwd_params(const Problem &p, const AttentionOptions &options, c
     params.dv_batch_stride = dvs.batch;
     params.dv_row_stride = dvs.row;
     params.dv_head_stride = dvs.head;
-    params.smem_per_block = p.smem_per_block;
+    params.smem_per_block = smem_per_block(*p.props);
     return params;
 }
