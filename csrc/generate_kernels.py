@@ -52,7 +52,7 @@ FAMILIES = {
         },
     ),
     # The Hopper family at the head dims it has tiles for (the FA2 family serves the rest): the
-    # forward, and the backward at d=64 and 128.
+    # forward, and the backward at d=64, 128 and 256.
     "sm90": Family(
         "sm90",
         90,
@@ -61,7 +61,7 @@ FAMILIES = {
             "fwd": ("sm90/fwd_launch.h", "run_mha_fwd_sm90", "Flash_fwd_params"),
             "bwd": ("sm90/bwd_launch.h", "run_mha_bwd_sm90", "Flash_bwd_params"),
         },
-        {"bwd": (64, 128)},
+        {"bwd": (64, 128, 256)},
     ),
 }
 

@@ -108,11 +108,11 @@ if 64 in built["head_dims"]:
     torch.cuda.synchronize()
     print("causal, 3 warpgroups d=64: ok")
 
-# The Hopper backward (d = 64 and 128, not deterministic), forced on these short problems: several
-# Q blocks per KV block, so that its dS, dQ staging and dropout buffers are reused, a partial last
-# KV block, GQA; plain, and with the variants (the kernel with dropout's mask exchange).
+# The Hopper backward (d = 64, 128 and 256, not deterministic), forced on these short problems:
+# several Q blocks per KV block, so that its dS, dQ staging and dropout buffers are reused, a partial
+# last KV block, GQA; plain, and with the variants (the kernel with dropout's mask exchange).
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
-for head_dim in (64, 128):
+for head_dim in (64, 128, 256):
     if head_dim in built["head_dims"]:
         for variant in ({}, {"causal": True}, {"dropout_p": 0.2, "softcap": 10.0, "alibi_slopes": slopes},
                         {"dropout_p": 0.1, "causal": True}):

@@ -103,7 +103,7 @@ def alibi_slopes(kind, batch, nheads, seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 129), (113, 203), (203, 113), (1000, 1000)])
 @pytest.mark.parametrize("window", [(-1, -1), (64, 32)])
@@ -121,7 +121,7 @@ def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, se
     assert_matches_reference(q, k, v, random_dout(q, seed + 1), **variant)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("variant", [{}, {"window_size": (100, 50)}, {"causal": True, "window_size": (150, 0)},
                                      {"softcap": 10.0, "alibi": "head"}])
 def test_more_tiles_than_sms_match_reference(head_dim, variant):

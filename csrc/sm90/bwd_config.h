@@ -10,25 +10,29 @@
 namespace flash::sm90 {
 
 // Query rows per step of the backward (bwd_kernel_traits.h), and so the rounding of its workspace
-// rows (family.cpp); keys per tile.
+// rows (family.cpp); keys per tile: 64 per consumer warpgroup, or 64 shared by both where dK and dV
+// are too wide for one warpgroup's registers (d > 128).
 constexpr int sm90_bwd_block_m = 64;
-constexpr int sm90_bwd_block_n = 128;
+constexpr int sm90_bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // The shortest query length per head dim at which the Hopper backward beat the FA2 family in the
-// grid (run 86, benchmarks/NOTES.md): below it, a tile walks too few Q blocks to pay for loading
-// K and V and writing dK and dV. A causal tile walks half as many on average.
+// grid (runs 86 and 130, benchmarks/NOTES.md): below it, a tile walks too few Q blocks to pay for
+// loading K and V and writing dK and dV. A causal tile walks half as many on average.
 constexpr int sm90_bwd_min_seqlen_q(int head_dim, bool causal) {
-    return head_dim >= 128 ? 1024 : causal ? 4096 : 2048;
+    if (head_dim > 128) {
+        return causal ? 2048 : 1024;
+    }
+    return head_dim == 128 ? 1024 : causal ? 4096 : 2048;
 }
 
 // Whether the Hopper backward pays: the rows a tile walks against the thresholds above. A window
-// bounded on both sides (causal: right = 0) gives every tile at most left + right + 128 rows,
+// bounded on both sides (causal: right = 0) gives every tile at most left + right + block_n rows,
 // however long the sequence (runs 91-94: at d=64 the FA2 family was 2-12% faster on windows
 // (1024, 0) and (256, 256) at 16k, at d=128 the Hopper family 3-11% faster on (1024, 0)).
 constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window_left, int window_right) {
     const int right = causal ? 0 : window_right;
     if (window_left != kWindowUnbounded && right != kWindowUnbounded) {
-        const int64_t rows = std::min<int64_t>(seqlen_q, int64_t(window_left) + right + sm90_bwd_block_n);
+        const int64_t rows = std::min<int64_t>(seqlen_q, int64_t(window_left) + right + sm90_bwd_block_n(head_dim));
         return rows >= sm90_bwd_min_seqlen_q(head_dim, false);
     }
     return seqlen_q >= sm90_bwd_min_seqlen_q(head_dim, causal);

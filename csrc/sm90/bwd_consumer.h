@@ -1,7 +1,7 @@
 // A consumer warpgroup of the Hopper backward: for each Q block that sees the block's keys,
 // Algorithm 2 lines 9-19 on its 64 keys, transposed (bwd_kernel_traits.h): S^T and dP^T by wgmma,
-// P^T and dS^T in registers, dV and dK accumulated in registers, dQ's partial sum over the block's
-// keys added to the fp32 accumulator in global memory by a bulk reduction (bwd_dq.h). Then dK and
+// P^T and dS^T in registers, dV and dK (its columns of them) accumulated in registers, dQ's partial
+// sum over the block's keys added to the fp32 accumulator in global memory (bwd_dq.h). Then dK and
 // dV out (line 21). kVariants: softcap, ALiBi and dropout, each where the problem has it.
 #pragma once
 
@@ -47,6 +47,11 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     using HeadDim = typename Traits::HeadDim;
     Flash_bwd_params const &params = kp.params;
     const int warpgroup = ctid / 128;
+    // kSplitHeadDim: both warpgroups hold the same S^T (one tiling of 128 threads each).
+    const int score_thread = Traits::kSplitHeadDim ? ctid % 128 : ctid;
+    using DkvCols = Int<Traits::kDkvCols>;
+    const int dkv_block = Traits::kSplitHeadDim ? warpgroup : 0;
+    const int dkv_col0 = dkv_block * Traits::kDkvCols;
 
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sQt = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQt{});
@@ -60,15 +65,17 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDKV mma_dkv;
     typename Traits::TiledMmaDQ mma_dq;
-    auto thr_sdp = mma_sdp.get_thread_slice(ctid);
-    auto thr_dkv = mma_dkv.get_thread_slice(ctid);
+    auto thr_sdp = mma_sdp.get_thread_slice(score_thread);
+    auto thr_dkv = mma_dkv.get_thread_slice(score_thread);
     auto thr_dq = mma_dq.get_thread_slice(ctid % Traits::kDqThreads);
     Tensor tSrK = thr_sdp.partition_fragment_A(sK(_, _, _0{}));  // (MMA, 1, MMA_K): this warpgroup's keys
     Tensor tSrV = thr_sdp.partition_fragment_A(sV(_, _, _0{}));
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, 1, MMA_K, stage)
     Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, MMA_K, stage)
-    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+    // (MMA, 1, MMA_K, stage): this warpgroup's columns.
+    using DkvB = Shape<DkvCols, BlockM, Int<Traits::kStages>>;
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(local_tile(sdOt, DkvB{}, make_coord(dkv_block, _0{}, _0{})));
+    Tensor tdKrQt = thr_dkv.partition_fragment_B(local_tile(sQt, DkvB{}, make_coord(dkv_block, _0{}, _0{})));
     // dQ's keys for this warpgroup: all of them (split columns), or its own.
     using DqKeys = Int<Traits::kDqKeys>;
     const int dq_key_block = Traits::kDqSplitColumns ? 0 : warpgroup;
@@ -77,7 +84,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     Tensor tdQrKt = thr_dq.partition_fragment_B(
         local_tile(sKt(_, _, _0{}), Shape<HeadDim, DqKeys>{}, make_coord(_0{}, dq_key_block)));
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));  // (key, query)
-    Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+    Tensor tdKVcdKV = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, DkvCols>{}));
 
     const bool dropout_on = kVariants && params.p_dropout > 0.f;
     uint64_t seed = 0, offset = 0;
@@ -88,7 +95,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         seed = __shfl_sync(0xffffffff, seed, 0);
         offset = __shfl_sync(0xffffffff, offset, 0);
     }
-    const int key0 = warpgroup * 64;  // this warpgroup's keys in the block
+    const int key0 = Traits::kSplitHeadDim ? 0 : warpgroup * 64;  // this warpgroup's keys in the block
 
     // Carried from tile to tile: the pipelines' stages, the dS^T (and dropout) buffer, the dQ staging.
     DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
@@ -108,8 +115,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         const BwdBlock<Traits, kIsCausal> block(params, tile);
         const ScoreMod score_mod(params, block.bidb, block.bidh, block.binfo.causal_shift());
         const DropoutRng dropout(params, seed, offset, block.bidb, block.bidh);
-        Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
-        Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+        Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, DkvCols>{});
+        Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, DkvCols>{});
         clear(acc_dk);
         clear(acc_dv);
 
@@ -225,18 +232,35 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                                                 tdKrQt(_, _, _, q_state.index()), acc_dk);
 
                 // Line 15: dQ_i += dS K over this block's keys, dS^T through shared memory (of both
-                // warpgroups where they split the columns). Two buffers: a warpgroup writes this one
-                // only after both have passed the barrier of the previous Q block, so after both
-                // waited for their dQ GEMM before it.
-                CUTE_UNROLL
-                for (int i = 0; i < size(ds); ++i) {
-                    sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
+                // warpgroups where they split the columns; where both hold all of it, each writes
+                // the half of its queries). Two buffers: a warpgroup writes this one only after both
+                // have passed the barrier of the previous Q block, so after both waited for their
+                // dQ GEMM before it.
+                const auto store_ds = [&](auto first, auto count) {
+                    CUTE_UNROLL
+                    for (int i = first; i < first + count; ++i) {
+                        sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
+                    }
+                };
+                constexpr int kDsHalf = decltype(size(ds))::value / 2;  // value index e + 2 h + 4 j: j < 4 is queries < 32
+                if constexpr (!Traits::kSplitHeadDim) {
+                    store_ds(_0{}, size(ds));
+                } else if (warpgroup == 0) {
+                    store_ds(_0{}, Int<kDsHalf>{});
+                } else {
+                    store_ds(Int<kDsHalf>{}, Int<kDsHalf>{});
                 }
                 cutlass::arch::fence_view_async_shared();
                 if constexpr (Traits::kDqSplitColumns) {
                     cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads, uint32_t(BwdBarrier::kDsWritten));
                 } else {
                     dq_out.sync();
+                }
+                if constexpr (Traits::kSplitHeadDim) {
+                    // P^T and dS^T free their registers before dQ's accumulator takes 64 more.
+                    warpgroup_wait<0>();
+                    warpgroup_fence_operand(p);
+                    warpgroup_fence_operand(ds);
                 }
                 Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
                 wgmma_gemm</*kZeroInit=*/true>(mma_dq, tdQrDs(_, _, _, ds_buffer), tdQrKt, acc_dq);
@@ -268,10 +292,11 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             int64_t(block.bidb) * params.dk_batch_stride + int64_t(block.bidh) * params.dk_head_stride;
         const int64_t head_v =
             int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
-        store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, static_cast<Element *>(params.dk_ptr) + head_k,
-                       params.dk_row_stride, col0, block.binfo.seqlen_k);
+        store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale,
+                       static_cast<Element *>(params.dk_ptr) + head_k + dkv_col0, params.dk_row_stride, col0,
+                       block.binfo.seqlen_k);
         store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
-                       static_cast<Element *>(params.dv_ptr) + head_v, params.dv_row_stride, col0,
+                       static_cast<Element *>(params.dv_ptr) + head_v + dkv_col0, params.dv_row_stride, col0,
                        block.binfo.seqlen_k);
     }
     dq_out.finish();

@@ -1,10 +1,11 @@
 // dQ of the Hopper backward: each block adds its partial dQ_i (a sum over its keys) into an fp32
 // accumulator in global memory, which the postprocess scales and converts. A warpgroup's partial
-// goes through shared memory in its register order, value pair p of thread t at
-// p * 256 + 2 t (so that a warp's stores cover 256 contiguous bytes), and one thread adds the
-// whole staging buffer with one bulk reduction (cp.reduce.async.bulk). The accumulator keeps that
-// order: Q block i of (batch, head) holds warpgroup 0's partial, then warpgroup 1's, where they
-// split the columns; else both add into the one partial (bwd_kernel_traits.h, kDqSplitColumns).
+// is laid out in its register order, value pair p of thread t at p * 256 + 2 t (so that a warp's
+// stores cover 256 contiguous bytes): staged so in shared memory and added by one thread with one
+// bulk reduction (cp.reduce.async.bulk), or (kDqStaged false) added pair by pair from registers.
+// The accumulator keeps that order: Q block i of (batch, head) holds warpgroup 0's partial, then
+// warpgroup 1's, where they split the columns; else both add into the one partial
+// (bwd_kernel_traits.h, kDqSplitColumns).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -25,12 +26,22 @@ struct DqReduction {
     int warpgroup, thread;
 
     __device__ DqReduction(typename Traits::SharedStorage &shared, int warpgroup_, int thread_)
-        : staging(shared.dq.data() + warpgroup_ * Traits::kDqWarpgroupFloats), warpgroup(warpgroup_), thread(thread_) {}
+        : staging(Traits::kDqStaged ? shared.dq.data() + warpgroup_ * Traits::kDqWarpgroupFloats : nullptr),
+          warpgroup(warpgroup_), thread(thread_) {}
 
     // dst: Q block i's accumulator.
     template <class Acc>
     __device__ __forceinline__ void add(Acc const &acc_dq, float *dst) const {
         static_assert(decltype(size(acc_dq))::value * 128 == Traits::kDqWarpgroupFloats);
+        float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
+        if constexpr (!Traits::kDqStaged) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_dq); i += 2) {
+                atomicAdd(reinterpret_cast<float2 *>(partial + dq_staging_index(i, thread)),
+                          make_float2(acc_dq(i), acc_dq(i + 1)));
+            }
+            return;
+        }
         // The previous reduction has read the buffer.
         if (thread == 0) {
             tma_store_wait<0>();
@@ -43,7 +54,6 @@ struct DqReduction {
         cutlass::arch::fence_view_async_shared();
         sync();
         if (thread == 0) {
-            float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
             asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                          :
                          : "l"(partial), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(staging))),
@@ -55,7 +65,7 @@ struct DqReduction {
 
     // The last reduction has read the buffer before the block exits.
     __device__ __forceinline__ void finish() const {
-        if (thread == 0) {
+        if (Traits::kDqStaged && thread == 0) {
             tma_store_wait<0>();
         }
     }

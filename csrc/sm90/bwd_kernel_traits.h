@@ -8,6 +8,12 @@
 // as the register A operands of dV += P^T dO and dK += dS^T Q. dQ = dS K needs dS with the queries
 // along M: dS^T goes through shared memory; the two warpgroups split dQ's columns (d >= 128), or
 // each adds its own keys' share of all of them (d = 64).
+//
+// d = 256 (kSplitHeadDim): dK and dV of 64 keys would take 256 registers per thread, so the block
+// has 64 keys, both warpgroups compute S^T and dP^T for all of them (the same two GEMMs in each:
+// 7 GEMM units of work per step where 5 are needed) and each owns half of dK's and dV's columns.
+// dQ's partial then has no room in shared memory (Q and dO's two stages take 128 KB, K and V
+// 64 KB): each thread adds its values from registers.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,12 +40,18 @@ struct BwdKernelTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockM = sm90_bwd_block_m;  // query rows per step
-    static constexpr int kBlockN = sm90_bwd_block_n;  // keys per tile, 64 per consumer warpgroup
+    static constexpr int kBlockN = sm90_bwd_block_n(kHeadDim);  // keys per tile
     static constexpr int kStages = 2;    // Q and dO buffers
-    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "registers: dK and dV live in the consumers");
+    static_assert(kHeadDim % 64 == 0 && (kHeadDim <= 128 || kHeadDim == 256),
+                  "registers: dK and dV live in the consumers");
 
     static constexpr int kNumConsumerWarpgroups = 2;
     static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
+    static constexpr bool kSplitHeadDim = kHeadDim > 128;
+    // The threads of one S^T tiling (each warpgroup its own keys, or each all of them), and the
+    // columns of dK and dV a warpgroup owns.
+    static constexpr int kScoreThreads = kSplitHeadDim ? 128 : kNumConsumerThreads;
+    static constexpr int kDkvCols = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;
     static constexpr int kNumThreads = kNumConsumerThreads + 128;
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
@@ -50,12 +62,14 @@ struct BwdKernelTraits {
 
     // S^T = K Q^T and dP^T = V dO^T: (keys, queries), both operands K-major in shared memory.
     using TiledMmaSdP = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>>(), Layout<Shape<_2, _1, _1>>{}));
-    // dV += P^T dO and dK += dS^T Q: (keys, head dim), A from registers, dO and Q read as MN-major
-    // (head dim, queries) views.
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>>(),
+        Layout<Shape<Int<kScoreThreads / 128>, _1, _1>>{}));
+    // dV += P^T dO and dK += dS^T Q: (keys, a warpgroup's head dim columns), A from registers, dO and
+    // Q read as MN-major (head dim, queries) views.
     using TiledMmaDKV = decltype(make_tiled_mma(
-        GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K, GMMA::Major::MN>(),
-        Layout<Shape<_2, _1, _1>>{}));
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kDkvCols>, BlockM>, GMMA::Major::K,
+                             GMMA::Major::MN>(),
+        Layout<Shape<Int<kScoreThreads / 128>, _1, _1>>{}));
     // dQ = dS K: (queries, head dim), dS from the MN-major (queries, keys) buffer, K as the
     // MN-major (head dim, keys) view. Split columns: warpgroup w computes columns
     // [w, w + 1) * kHeadDim / 2 over all keys; an MN-major operand's N must span whole 64-element
@@ -97,8 +111,10 @@ struct BwdKernelTraits {
     // Each Q (dO) stage brings the Q block's log2-scaled logsumexp (D = rowsum(dO o O)) along.
     static constexpr uint32_t kStageBytes = kRowsBytes + kRowStatBytes;
     static constexpr uint32_t kKVBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
-    // One warpgroup's dQ partial in fp32, in its register order (bwd_dq.h).
+    // One warpgroup's dQ partial in fp32, in its register order (bwd_dq.h), staged in shared memory
+    // for one bulk reduction, or (kSplitHeadDim) added from registers.
     static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / (kDqThreads / 128);
+    static constexpr bool kDqStaged = !kSplitHeadDim;
 
     struct SharedStorage {
         // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
@@ -107,7 +123,7 @@ struct BwdKernelTraits {
         cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
         cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> d_o;
         cute::array_aligned<Element, cosize_v<SmemLayoutDs>, 1024> ds;
-        cute::array_aligned<float, kDqWarpgroupFloats * kNumConsumerWarpgroups, 128> dq;
+        cute::array_aligned<float, kDqStaged ? kDqWarpgroupFloats * kNumConsumerWarpgroups : 1, 128> dq;
         cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
         cute::array_aligned<float, kBlockM * kStages, 16> dot_do_o;  // D
         // Dropout's mask per warpgroup, two tiles (bwd_dropout.h; the buffer alternates as dS^T's).
