@@ -40,6 +40,8 @@ def title(direction, dtype, meta):
     line = f"{DIRECTIONS[direction]} pass, {dtype}: flash_attn_cuda vs PyTorch SDPA"
     if meta:
         line += f", {meta['gpu']}\ntorch {meta['torch']}, commit {meta['commit']}, {meta['date']}"
+        for later in meta.get("replaced_rows", []):  # rows re-measured later, in a run of their own
+            line += f"\n{later['rows']}: commit {later['commit']}, {later['date']}"
     return line + "; batch = 16k tokens / seqlen, hidden 2048"
 
 

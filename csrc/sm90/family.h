@@ -1,5 +1,5 @@
 // The Hopper family (sm_90a: TMA, wgmma, warp specialization), as the API sees it: the forward,
-// and the backward at d=64 and 128; what this family does not support runs on the FA2 family.
+// and the backward at d=64, 128 and 256; what this family does not support runs on the FA2 family.
 #pragma once
 
 #include <cuda_runtime.h>
