@@ -242,7 +242,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                         sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
                     }
                 };
-                constexpr int kDsHalf = decltype(size(ds))::value / 2;  // value index e + 2 h + 4 j: j < 4 is queries < 32
+                // Value index e + 2 h + 4 j: the first half (j < 4) holds the queries below 32.
+                constexpr int kDsHalf = decltype(size(ds))::value / 2;
                 if constexpr (!Traits::kSplitHeadDim) {
                     store_ds(_0{}, size(ds));
                 } else if (warpgroup == 0) {
