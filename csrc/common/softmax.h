@@ -41,9 +41,20 @@ struct OnlineSoftmax {
     // Lines 9-10: new max m, s <- exp(S - m) (un-normalized P~), l <- e^{m_old - m} l + rowsum,
     // o <- e^{m_old - m} o. s and o are (rows, cols) views of the accumulators. scale_log2 =
     // softmax_scale * log2(e): exp(x) = exp2(x log2 e).
-    template <class S, class O>
-    __device__ void update(S &&s, O &&o, float scale_log2) {
+    //
+    // kLazyMax: m may lag the true running max by up to kMaxLagLog2 (in log2 units), so P~ <= 2^8,
+    // well inside fp32's, bf16's and fp16's range. The statistics stay exact for whatever m the
+    // blocks share: only when some row of the warp outgrows its m by more than the lag do the
+    // warp's rows take their new max and o get rescaled. Returns whether o was rescaled (uniform
+    // across the warp), so that a caller which scales O itself may skip the multiplies, one per
+    // entry of O for every KV block.
+    static constexpr float kMaxLagLog2 = 8.f;
+
+    template <bool kLazyMax = false, class S, class O>
+    __device__ bool update(S &&s, O &&o, float scale_log2) {
         static_assert(decltype(size<0>(s))::value == kRows);
+        float block_max[kRows];
+        bool outgrown = false;
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
             float m = row_max(r);
@@ -51,23 +62,35 @@ struct OnlineSoftmax {
             for (int c = 0; c < size<1>(s); ++c) {
                 m = fmaxf(m, s(r, c));
             }
-            m = quad_allreduce(m, MaxOp{});
+            block_max[r] = quad_allreduce(m, MaxOp{});
+            // -inf to finite gives +inf (outgrown); -inf to -inf gives NaN (not outgrown).
+            outgrown |= (block_max[r] - row_max(r)) * scale_log2 > kMaxLagLog2;
+        }
+        const bool rescale = !kLazyMax || __any_sync(0xffffffff, outgrown);
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            const float m = rescale ? block_max[r] : row_max(r);
             // A row masked everywhere so far keeps m = -inf: use 0 so that exp2 gives 0, not NaN.
             const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-            const float rescale = exp2f(row_max(r) * scale_log2 - m_scaled);
-            row_max(r) = m;
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(o); ++c) {
-                o(r, c) *= rescale;
-            }
             float sum = 0.f;
             CUTE_UNROLL
             for (int c = 0; c < size<1>(s); ++c) {
                 s(r, c) = exp2f(s(r, c) * scale_log2 - m_scaled);
                 sum += s(r, c);
             }
-            row_sum(r) = row_sum(r) * rescale + sum;
+            if (rescale) {
+                const float factor = exp2f(row_max(r) * scale_log2 - m_scaled);
+                row_max(r) = m;
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(o); ++c) {
+                    o(r, c) *= factor;
+                }
+                row_sum(r) = row_sum(r) * factor + sum;
+            } else {
+                row_sum(r) += sum;
+            }
         }
+        return rescale;
     }
 
     // Lines 12-13: O <- diag(l)^-1 O and L = m * scale + log(l), o a (rows, cols) view of the

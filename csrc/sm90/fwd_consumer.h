@@ -116,8 +116,10 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         Tensor p = make_tensor<Element>(acc_s.layout());  // P~ in 16 bits, the A of O += P V
         Tensor tOrP = make_tensor(p.data(), acc_as_operand_a(p.layout()));
         // The softmax's rescale of O, e^{m_old - m} per row: update() scales this (rows, 1) tensor
-        // of ones instead of O, which a P V GEMM may still be writing.
+        // of ones instead of O, which a P V GEMM may still be writing; o_rescaled says whether it
+        // moved any row's max (the lazy max of common/softmax.h: mostly not, past the first blocks).
         Tensor rescale = make_tensor<float>(Shape<Int<kRows>, _1>{});
+        bool o_rescaled = false;
 
         pipeline_q.consumer_wait(q_state);
         Tensor tSrQ_tile = tSrQ(_, _, _, q_state.index());
@@ -135,7 +137,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             fill(rescale, 1.f);
-            softmax.update(acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
+            o_rescaled = softmax.template update</*kLazyMax=*/true>(
+                acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
             if constexpr (kDropout) {
                 apply_dropout(dropout, acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
@@ -143,6 +146,9 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
 
         // O *= e^{m_old - m} for the last softmax step, just before the next P V adds to O.
         auto rescale_o = [&]() __attribute__((always_inline)) {
+            if (!o_rescaled) {
+                return;
+            }
             CUTE_UNROLL
             for (int r = 0; r < kRows; ++r) {
                 CUTE_UNROLL
