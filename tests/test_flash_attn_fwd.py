@@ -214,7 +214,7 @@ def test_running_max_jumps_between_kv_blocks(dtype, head_dim, causal):
     gen = torch.Generator(device="cuda").manual_seed(head_dim)
     groups = (seqlen_k + 63) // 64
     offsets = 25 * torch.rand(groups, device="cuda", generator=gen)
-    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k] * math.sqrt(head_dim)
+    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * math.sqrt(head_dim)
     q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
     poison_allocator()
     out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
