@@ -36,7 +36,7 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool variants) {
 
 // Whether the plain kernel's tiles, taller than the variants' at d=64, serve this problem faster
 // (benchmarks/sm90/NOTES.md, v8 and v10). Varlen: seqlen_q is the longest sequence's.
-// - Causal: 192-row tiles cost 17-19% at 512-1k rows and gain 9% from 8k on.
+// - Causal: 192-row tiles cost 6-7% at 512-1k rows and gain 7-17% at 2k-4k (run 145), 9% from 8k on.
 // - Fewer tall tiles than SMs: more, shorter tiles finish sooner (decode-like problems, 1-512
 //   query rows against 1k-16k keys: 128-row tiles 12-30% faster).
 // - Else the tall tiles run ~10% faster per row: worth it while they pad at most 10% more rows.
@@ -47,7 +47,7 @@ constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, 
         return true;
     }
     if (causal) {
-        return seqlen_q >= 8192;
+        return seqlen_q >= 2048;
     }
     const int64_t tall_tiles = (seqlen_q + tall - 1) / tall, short_tiles = (seqlen_q + short_ - 1) / short_;
     return sequences * tall_tiles >= num_sms && 10 * tall_tiles * tall <= 11 * short_tiles * short_;
