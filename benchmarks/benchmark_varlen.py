@@ -6,12 +6,14 @@ python benchmarks/benchmark_varlen.py [--json] [--hdims 64,128] [--causal false,
 
 Implementations (each timed on inputs prepared beforehand, so padding and unpadding are not timed):
   flash_attn_cuda_varlen   the packed tokens, cu_seqlens
+  flash_attn_cuda_varlen_sm80  the same with the FA2 family forced (FLASH_ATTN_CUDA_FAMILY=sm80)
   flash_attn_cuda_padded   flash_attn_func on the padded batch: the work of the padded layout (it
                            attends the padding too, so its non-causal output is not the varlen one)
   sdpa_flash_padded        the same with SDPA flash
   sdpa_<backend>_masked    SDPA on the padded batch with a boolean key padding mask (and the causal
                            one): the padded layout computed right; a backend that takes no mask is
                            recorded with its error as status
+Directions: fwd, bwd (the backward of a stored forward), fwd_bwd.
 Throughput is real tokens per second: the case's tokens (without padding) / time.
 """
 
@@ -27,13 +29,14 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
 import benchmark_attn
-from benchmark_attn import DTYPES, HIDDEN, RESULTS, SDPA_BACKENDS, TOKENS, metadata
+from benchmark_attn import DTYPES, HIDDEN, RESULTS, SDPA_BACKENDS, TOKENS, forced_sm80, metadata
 from flash_attn_cuda import flash_attn_varlen_func
 from flash_attn_cuda.bert_padding import unpad_input
 
 DEVICE = "cuda"
 IMPLS = {  # name: column label of the table
     "flash_attn_cuda_varlen": "varlen",
+    "flash_attn_cuda_varlen_sm80": "var_sm80",
     "flash_attn_cuda_padded": "padded",
     "sdpa_flash_padded": "sdpa_pad",
     **{f"{backend}_masked": f"{backend[5:]}+mask" for backend in SDPA_BACKENDS},
@@ -67,7 +70,7 @@ def make_inputs(lengths, nheads, head_dim, dtype):
 def attention_fn(impl, causal, inputs):
     """impl's attention as f(q, k, v) on its layout: packed (total, nheads, d) for varlen, else
     padded (batch, max_len, nheads, d)."""
-    if impl == "flash_attn_cuda_varlen":
+    if impl.startswith("flash_attn_cuda_varlen"):
         cu_seqlens, max_len = inputs["cu_seqlens"], inputs["valid"].shape[1]
         return lambda q, k, v: flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len,
                                                       causal=causal)
@@ -89,11 +92,14 @@ def attention_fn(impl, causal, inputs):
 
 
 def make_call(attend, q, k, v, direction):
-    """A no-argument function running fwd or fwd_bwd."""
+    """A no-argument function running fwd, bwd or fwd_bwd."""
     if direction == "fwd":
         return lambda: attend(q, k, v)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     dout = torch.randn_like(q)
+    if direction == "bwd":
+        out = attend(q, k, v)
+        return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
 
@@ -116,8 +122,11 @@ def time_ms(fn):
 
 def bench(impl, inputs, causal, direction):
     """(ms, "ok"), or (None, the first line of the error)."""
-    q, k, v = inputs["packed" if impl == "flash_attn_cuda_varlen" else "padded"]
+    q, k, v = inputs["packed" if impl.startswith("flash_attn_cuda_varlen") else "padded"]
     try:
+        if impl.endswith("_sm80"):
+            call = forced_sm80(make_call, attention_fn(impl, causal, inputs), q, k, v, direction)
+            return time_ms(lambda: forced_sm80(call)), "ok"
         return time_ms(make_call(attention_fn(impl, causal, inputs), q, k, v, direction)), "ok"
     except (RuntimeError, torch.OutOfMemoryError) as err:
         return None, str(err).strip().splitlines()[0][:120]
@@ -126,8 +135,8 @@ def bench(impl, inputs, causal, direction):
 
 
 def print_table(rows):
-    """Millions of real tokens per second per implementation, then varlen's ratio to the padded
-    flash_attn_cuda and to the fastest SDPA with a mask."""
+    """Millions of real tokens per second per implementation, then varlen's ratio to itself with the
+    FA2 family forced, to the padded flash_attn_cuda and to the fastest SDPA with a mask."""
     cells = {}
     for r in rows:
         if r["tokens_per_s"]:
@@ -136,14 +145,17 @@ def print_table(rows):
     widths = [max(len(IMPLS[i]), 6) for i in impls]
     print("M tokens/s (real tokens); x: flash_attn_cuda_varlen's ratio")
     print(f"{'case':6} {'dir':7} {'d':>4} {'causal':6} "
-          + " ".join(f"{IMPLS[i]:>{w}}" for i, w in zip(impls, widths)) + f" {'x padded':>8}  x best sdpa+mask")
+          + " ".join(f"{IMPLS[i]:>{w}}" for i, w in zip(impls, widths)) + f" {'x sm80':>6} {'x padded':>8}"
+          + "  x best sdpa+mask")
     for (case, direction, hdim, causal), t in cells.items():
         values = " ".join(f"{t[i] / 1e6:{w}.2f}" if i in t else f"{'-':>{w}}" for i, w in zip(impls, widths))
         ours, padded = t.get("flash_attn_cuda_varlen"), t.get("flash_attn_cuda_padded")
+        sm80 = t.get("flash_attn_cuda_varlen_sm80")
+        x_sm80 = f"{ours / sm80:6.2f}" if ours and sm80 else f"{'-':>6}"
         best = max((i for i in MASKED if i in t), key=t.get, default=None)
         x_padded = f"{ours / padded:8.2f}" if ours and padded else f"{'-':>8}"
         x_best = f"{ours / t[best]:6.2f} ({IMPLS[best]})" if ours and best else f"{'-':>6}"
-        print(f"{case:6} {direction:7} {hdim:4d} {str(causal):6} {values} {x_padded}  {x_best}")
+        print(f"{case:6} {direction:7} {hdim:4d} {str(causal):6} {values} {x_sm80} {x_padded}  {x_best}")
 
 
 def save(rows, meta):

@@ -122,4 +122,14 @@ for head_dim in (64, 128, 256):
         for variant in ({}, {"dropout_p": 0.2, "window_size": (100, 50)}):
             forward_backward(f"Hopper backward, several tiles per block, d={head_dim} {sorted(variant)}",
                              (2, 150, 50, head_dim), (2, 300, 50, head_dim), **variant)
+        # Varlen: sequences without queries or keys, tiles past a sequence's keys, the last
+        # sequence ending at the tensors' end.
+        for variant in ({}, {"causal": True, "dropout_p": 0.2, "softcap": 10.0}):
+            q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn_like(k, requires_grad=True)
+            out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), **variant)
+            out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            print(f"Hopper backward, varlen d={head_dim} {sorted(variant)}: ok")
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

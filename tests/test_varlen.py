@@ -22,6 +22,7 @@ from flash_attn_cuda import (
 )
 from flash_attn_cuda import _extension
 from flash_attn_cuda.checks import check_cu_seqlens_values
+from flash_attn_cuda.dropout import dropout_mask
 from flash_attn_cuda.reference import attention_ref
 
 
@@ -45,17 +46,18 @@ def random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed)
     return q, k, v, dout
 
 
-def reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal):
+def reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal, variant_of=lambda b: {}):
     """(out, dq, dk, dv) in float32 and in the inputs' dtype (the standard implementation), each
-    sequence computed on its own and the results concatenated."""
+    sequence computed on its own (with attention_ref's variant arguments variant_of(b) for
+    sequence b) and the results concatenated."""
     results = {True: [], False: []}
     for upcast in (True, False):
         leaves = [t.detach().float().requires_grad_() if upcast else t.detach().clone().requires_grad_()
                   for t in (q, k, v)]
         q_l, k_l, v_l = leaves
         outs = []
-        for q_b, k_b, v_b in zip(q_l.split(lengths_q), k_l.split(lengths_k), v_l.split(lengths_k)):
-            out_b, _ = attention_ref(q_b[None], k_b[None], v_b[None], causal=causal, upcast=upcast)
+        for b, (q_b, k_b, v_b) in enumerate(zip(q_l.split(lengths_q), k_l.split(lengths_k), v_l.split(lengths_k))):
+            out_b, _ = attention_ref(q_b[None], k_b[None], v_b[None], causal=causal, upcast=upcast, **variant_of(b))
             outs.append(out_b[0])
         out = torch.cat(outs)
         grads = torch.autograd.grad(out, leaves, dout.float() if upcast else dout, allow_unused=True)
@@ -99,6 +101,44 @@ def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, len
     results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal)
     for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
         assert value.shape == ref.shape and value.dtype == dtype, name
+        assert_within_rule(name, value, ref, pt)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("variant", ["window", "softcap_alibi", "dropout"])
+def test_varlen_variants_match_reference(head_dim, variant, kernel_family):
+    """Gradients too: the Hopper backward serves varlen with the variants (forced here also where the
+    default leaves these short problems to the FA2 family); sequences of several Q and KV blocks, empty
+    ones and ones without keys."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [300, 0, 17, 129, 1], [250, 5, 0, 400, 77]
+    nheads, nheads_k, batch = 4, 2, len(lengths_q)
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed=head_dim + 17)
+    causal = variant != "window"
+    if variant == "window":
+        kwargs = dict(window_size=(40, 10))
+    elif variant == "softcap_alibi":
+        kwargs = dict(softcap=20.0, alibi_slopes=torch.rand(batch, nheads, device="cuda"))
+    else:
+        kwargs = dict(dropout_p=0.2)
+        generator = torch.cuda.default_generators[q.device.index or 0]
+        seed, offset = generator.initial_seed(), generator.get_offset()
+    poison_allocator()
+    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, **kwargs)
+
+    def variant_of(b):
+        if variant == "softcap_alibi":
+            return dict(softcap=20.0, alibi_slopes=kwargs["alibi_slopes"][b : b + 1])
+        if variant == "dropout":
+            kept = dropout_mask(seed, offset, batch, nheads, max(lengths_q), max(lengths_k), 0.2, device="cuda")
+            return dict(dropout_p=0.2, dropout_mask=kept[b : b + 1, :, : lengths_q[b], : lengths_k[b]])
+        return kwargs
+
+    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal, variant_of)
+    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
         assert_within_rule(name, value, ref, pt)
 
 

@@ -57,11 +57,16 @@ struct BlockInfo {
     }
 
     // Index of the sequence's first row in the backward's fp32 buffers (dq_accum, softmax_d), for
-    // head bidh: each sequence has its rows rounded up to a multiple of kBlockM there.
+    // head bidh: each sequence has its rows rounded up to a multiple of kBlockM there. Varlen:
+    // sequence b starts at cu_seqlens_q[b] + b kBlockM rounded down to a multiple of kBlockM, so that
+    // its blocks are aligned (the Hopper backward's bulk copies) and still clear of sequence b - 1's
+    // rounded rows; all of them lie below total_q + batch kBlockM.
     template <int kBlockM>
     __device__ int64_t accum_row0(const Flash_bwd_params &params, int bidh) const {
-        return varlen ? int64_t(bidh) * params.accum_rows + q_start + bidb * kBlockM
-                      : (int64_t(bidb) * params.num_heads + bidh) * params.accum_rows;
+        if (!varlen) {
+            return (int64_t(bidb) * params.num_heads + bidh) * params.accum_rows;
+        }
+        return int64_t(bidh) * params.accum_rows + (int64_t(q_start) + int64_t(bidb) * kBlockM) / kBlockM * kBlockM;
     }
 
 private:

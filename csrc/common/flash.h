@@ -100,8 +100,8 @@ struct Flash_bwd_params : Flash_fwd_params {
     int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
 
     // Rows of the fp32 scratch buffers below per (batch, head), seqlen_q rounded up to a multiple of
-    // the backward's kBlockM; varlen: per head, total_q + batch * kBlockM, sequence b starting at row
-    // cu_seqlens_q[b] + b * kBlockM (BlockInfo::accum_row0).
+    // the backward's kBlockM; varlen: per head, at least total_q + batch * kBlockM, sequence b starting
+    // at row cu_seqlens_q[b] + b * kBlockM rounded down to a multiple of kBlockM (BlockInfo::accum_row0).
     int accum_rows;
     // (batch, nheads, accum_rows * head_dim) fp32 (varlen: (nheads, accum_rows * head_dim)): dQ
     // accumulated over the KV blocks, each Q block's kBlockM * head_dim floats in the main kernel's

@@ -36,7 +36,7 @@ bool run_bwd(Flash_bwd_params &params, cudaStream_t stream) {
 }
 
 // The fp32 buffers give each sequence its rows rounded up to a multiple of block_m: padded, per
-// (batch, head); varlen, per head, sequence b starting at row cu_seqlens_q[b] + b * block_m
+// (batch, head); varlen, per head, sequence b starting near row cu_seqlens_q[b] + b * block_m
 // (BlockInfo::accum_row0).
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic) {
     const int block_m = bwd_tile_config(params.head_dim).block_m;

@@ -40,8 +40,11 @@ constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window
 
 // Whether the main kernel runs one block per SM, each walking every gridDim.x-th tile, so that a
 // tile's K and V load and the previous tile's dK and dV stores overlap: where the tiles cost about
-// the same. Causal tiles without a left window bound cost from one Q block to all of them; there
-// each tile gets a block of its own, which the hardware hands to the next free SM (greedy).
-constexpr bool sm90_bwd_persistent(bool causal, bool window_left_bounded) { return !causal || window_left_bounded; }
+// the same. Causal tiles without a left window bound cost from one Q block to all of them, and
+// varlen tiles as much as their sequence has rows (none past its keys); there each tile gets a
+// block of its own, which the hardware hands to the next free SM (greedy).
+constexpr bool sm90_bwd_persistent(bool causal, bool window_left_bounded, bool varlen) {
+    return !varlen && (!causal || window_left_bounded);
+}
 
 }  // namespace flash::sm90

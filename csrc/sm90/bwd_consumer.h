@@ -289,16 +289,18 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
 
         // Line 21: dK (with the softmax scale the S above left out) and dV of this warpgroup's keys;
         // zeros for keys that no query sees.
+        // The sequence's offsets read again here rather than held in registers through the loop.
+        const BlockInfo binfo(params, block.bidb);
         const int64_t head_k =
-            int64_t(block.bidb) * params.dk_batch_stride + int64_t(block.bidh) * params.dk_head_stride;
+            binfo.k_offset(params.dk_batch_stride, params.dk_row_stride) + int64_t(block.bidh) * params.dk_head_stride;
         const int64_t head_v =
-            int64_t(block.bidb) * params.dv_batch_stride + int64_t(block.bidh) * params.dv_head_stride;
+            binfo.k_offset(params.dv_batch_stride, params.dv_row_stride) + int64_t(block.bidh) * params.dv_head_stride;
         store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale,
                        static_cast<Element *>(params.dk_ptr) + head_k + dkv_col0, params.dk_row_stride, col0,
-                       block.binfo.seqlen_k);
+                       binfo.seqlen_k);
         store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
                        static_cast<Element *>(params.dv_ptr) + head_v + dkv_col0, params.dv_row_stride, col0,
-                       block.binfo.seqlen_k);
+                       binfo.seqlen_k);
     }
     dq_out.finish();
 }

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Traits::kDqThreads)
     float const *partial = params.dq_accum_ptr +
                            (binfo.template accum_row0<Traits::kBlockM>(params, bidh) + row0) * Traits::kHeadDim +
                            (Traits::kDqSplitColumns ? threadIdx.x / 128 * Traits::kDqWarpgroupFloats : 0);
-    Element *dq = static_cast<Element *>(params.dq_ptr) + int64_t(bidb) * params.dq_batch_stride +
+    Element *dq = static_cast<Element *>(params.dq_ptr) + binfo.q_offset(params.dq_batch_stride, params.dq_row_stride) +
                   int64_t(bidh) * params.dq_head_stride;
     CUTE_UNROLL
     for (int i = 0; i < size(coord); i += 2) {

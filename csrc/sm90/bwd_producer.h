@@ -35,17 +35,18 @@ __device__ __forceinline__ void bwd_producer(BwdKernelParams<Traits> const &kp, 
             continue;  // no query sees these keys: the consumers write zeros
         }
         const int bidh_k = block.bidh / (params.num_heads / params.num_heads_k);
+        const int q_start = block.binfo.q_start, k_start = block.binfo.k_start;  // varlen: the sequence's rows
         Tensor gQ = local_tile(
-            tma_sequence<true>(kp.tma_q.get_tma_tensor(kp.shape_q), kp.shape_q, 0, block.bidh, block.bidb),
+            tma_sequence<true>(kp.tma_q.get_tma_tensor(kp.shape_q), kp.shape_q, q_start, block.bidh, block.bidb),
             Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (M, d, m_block)
         Tensor gdO = local_tile(
-            tma_sequence<true>(kp.tma_do.get_tma_tensor(kp.shape_do), kp.shape_do, 0, block.bidh, block.bidb),
+            tma_sequence<true>(kp.tma_do.get_tma_tensor(kp.shape_do), kp.shape_do, q_start, block.bidh, block.bidb),
             Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));
         Tensor gK = local_tile(
-            tma_sequence<true>(kp.tma_k.get_tma_tensor(kp.shape_k), kp.shape_k, 0, bidh_k, block.bidb),
+            tma_sequence<true>(kp.tma_k.get_tma_tensor(kp.shape_k), kp.shape_k, k_start, bidh_k, block.bidb),
             Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
         Tensor gV = local_tile(
-            tma_sequence<true>(kp.tma_v.get_tma_tensor(kp.shape_v), kp.shape_v, 0, bidh_k, block.bidb),
+            tma_sequence<true>(kp.tma_v.get_tma_tensor(kp.shape_v), kp.shape_v, k_start, bidh_k, block.bidb),
             Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
         auto [tQgQ, tQsQ] = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         auto [tdOgdO, tdOsdO] = tma_partition(kp.tma_do, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));

@@ -38,8 +38,8 @@ bool supports_fwd(const Flash_fwd_params &params) {
 }
 
 bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
-    if (deterministic || params.cu_seqlens_q != nullptr || !describable_rows(params) ||
-        !describable(params.do_row_stride, params.seqlen_q)) {
+    const int rows_q = params.cu_seqlens_q != nullptr ? params.total_q : params.seqlen_q;
+    if (deterministic || !describable_rows(params) || !describable(params.do_row_stride, rows_q)) {
         return false;
     }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {
@@ -47,17 +47,22 @@ bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
     });
 }
 
+// Varlen: the mean sequence length stands for the rows a tile walks (seqlen_q is the longest).
 bool bwd_pays(const Flash_bwd_params &params) {
-    return sm90_bwd_pays(params.head_dim, params.is_causal, params.seqlen_q, params.window_left, params.window_right);
+    const int rows = params.cu_seqlens_q != nullptr ? params.total_q / std::max(params.batch, 1) : params.seqlen_q;
+    return sm90_bwd_pays(params.head_dim, params.is_causal, rows, params.window_left, params.window_right);
 }
 
-// Rows rounded up to the backward's 64-row Q blocks per (batch, head), so that every Q block's
-// row statistics start 256-byte aligned for the bulk copies (bwd_producer.h).
+// Rows rounded up to the backward's 64-row Q blocks per (batch, head), or per head for varlen
+// (BlockInfo::accum_row0), so that every Q block's row statistics start 256-byte aligned for the
+// bulk copies (bwd_producer.h).
 BwdWorkspace bwd_workspace(const Flash_bwd_params &params) {
     constexpr int kBlockM = sm90_bwd_block_m;
+    const bool varlen = params.cu_seqlens_q != nullptr;
+    const int rows = varlen ? params.total_q + params.batch * kBlockM : params.seqlen_q;
     BwdWorkspace ws{};
-    ws.accum_rows = (params.seqlen_q + kBlockM - 1) / kBlockM * kBlockM;
-    ws.softmax_d_floats = int64_t(params.batch) * params.num_heads * ws.accum_rows;
+    ws.accum_rows = (rows + kBlockM - 1) / kBlockM * kBlockM;
+    ws.softmax_d_floats = int64_t(varlen ? 1 : params.batch) * params.num_heads * ws.accum_rows;
     ws.lse_log2_floats = ws.softmax_d_floats;
     ws.dq_accum_floats = ws.softmax_d_floats * params.head_dim;
     return ws;

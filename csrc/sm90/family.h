@@ -20,8 +20,8 @@ size_t fwd_workspace_bytes(const Flash_fwd_params &params);
 // Launch the forward on stream; false if this build has no kernel for the params.
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream);
 
-// Whether this build's backward serves the params: padded (not varlen) problems, whose dQ
-// accumulation need not be deterministic, at a head dim it is built for.
+// Whether this build's backward serves the params: padded or varlen problems whose dQ accumulation
+// need not be deterministic, at a head dim it is built for.
 bool supports_bwd(const Flash_bwd_params &params, bool deterministic);
 
 // Whether the backward of params has enough query rows to run faster here than on the FA2 family
