@@ -121,6 +121,24 @@ def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, se
     assert_matches_reference(q, k, v, random_dout(q, seed + 1), **variant)
 
 
+@pytest.mark.parametrize("causal,seqlen_q,seqlen_k", [(False, 576, 700), (True, 2100, 2300)])
+@pytest.mark.parametrize("mod", [{"softcap": 10.0}, {"alibi": "batch"}, {"softcap": 4.0, "alibi": "head"}])
+def test_score_mods_on_tall_tiles_match_reference(causal, seqlen_q, seqlen_k, mod):
+    """At d=64 the Hopper forward runs softcap and ALiBi on its 192-row tiles where they pay:
+    non-causal with enough tiles (64 sequences of 576 rows here), causal from 2k rows
+    (csrc/sm90/fwd_tile_config.h); a window on the causal problem."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    batch, nheads = (4, 16) if not causal else (1, 2)
+    q, k, v = random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads // 2, head_dim, dtype, seed=seqlen_q + len(mod))
+    variant = {"causal": causal, "softcap": mod.get("softcap", 0.0)}
+    if causal:
+        variant["window_size"] = (900, 0)
+    if "alibi" in mod:
+        variant["alibi_slopes"] = alibi_slopes(mod["alibi"], batch, nheads, seed=5)
+    assert_matches_reference(q, k, v, random_dout(q, 6), **variant)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("variant", [{}, {"window_size": (100, 50)}, {"causal": True, "window_size": (150, 0)},
                                      {"softcap": 10.0, "alibi": "head"}])

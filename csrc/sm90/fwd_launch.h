@@ -13,12 +13,13 @@
 #include "sm90/fwd_tile_config.h"
 #include "sm90/fwd_workspace.h"
 
-// kVariants: the traits of the kernels with a score mod or dropout (fwd_tile_config.h).
-template <typename Element, int kHeadDim, bool kIsCausal, bool kVariants>
+// kShortTiles: the dropout kernel's tiles, which the others take where the tall ones do not pay
+// (fwd_tile_config.h).
+template <typename Element, int kHeadDim, bool kIsCausal, bool kShortTiles>
 using Sm90FwdTraitsFor =
-    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kVariants).block_m,
-                                 sm90_fwd_tile_config(kHeadDim, kVariants).block_n,
-                                 sm90_fwd_tile_config(kHeadDim, kVariants).num_stages,
+    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_tile_config(kHeadDim, kShortTiles).block_m,
+                                 sm90_fwd_tile_config(kHeadDim, kShortTiles).block_n,
+                                 sm90_fwd_tile_config(kHeadDim, kShortTiles).num_stages,
                                  flash::sm90::dynamic_tiles(kIsCausal)>;
 
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
@@ -55,22 +56,19 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
         cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
         return;
     }
-    using VariantTraits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, true>;
+    using ShortTraits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, true>;
+    using TallTraits = Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, false>;
     if constexpr (sm90_fwd_supports_dropout(kHeadDim)) {
         if (has_dropout(params)) {
-            launch_fwd_sm90<VariantTraits, kIsCausal, true, true>(params, stream, num_sms, l2_bytes);
+            launch_fwd_sm90<ShortTraits, kIsCausal, true, true>(params, stream, num_sms, l2_bytes);
             return;
         }
     }
-    if (has_score_mod(params)) {
-        launch_fwd_sm90<VariantTraits, kIsCausal, true, false>(params, stream, num_sms, l2_bytes);
-        return;
-    }
-    if (!sm90_fwd_tall_tiles_pay(kHeadDim, kIsCausal, params.seqlen_q, int64_t(params.batch) * params.num_heads,
-                                 num_sms)) {
-        launch_fwd_sm90<VariantTraits, kIsCausal, false, false>(params, stream, num_sms, l2_bytes);
-        return;
-    }
-    launch_fwd_sm90<Sm90FwdTraitsFor<Element, kHeadDim, kIsCausal, false>, kIsCausal, false, false>(
-        params, stream, num_sms, l2_bytes);
+    const bool tall = sm90_fwd_tall_tiles_pay(kHeadDim, kIsCausal, params.seqlen_q,
+                                              int64_t(params.batch) * params.num_heads, num_sms);
+    using Launch = void (*)(Flash_fwd_params &, cudaStream_t, int, int);
+    const Launch launch[2][2] = {  // [score mod][tall tiles]
+        {launch_fwd_sm90<ShortTraits, kIsCausal, false, false>, launch_fwd_sm90<TallTraits, kIsCausal, false, false>},
+        {launch_fwd_sm90<ShortTraits, kIsCausal, true, false>, launch_fwd_sm90<TallTraits, kIsCausal, true, false>}};
+    launch[has_score_mod(params)][tall](params, stream, num_sms, l2_bytes);
 }

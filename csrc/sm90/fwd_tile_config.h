@@ -2,11 +2,11 @@
 // block_m / 64 consumer warpgroups (wgmma's M is 64 per warpgroup); K and V come block_n rows
 // at a time through num_stages shared-memory buffers each.
 //
-// d=64 takes 3 consumer warpgroups in the plain kernel: its softmax per key block costs as much
-// time as its GEMMs, and two warpgroups left the tensor cores idle half the time
-// (benchmarks/sm90/NOTES.md, v8). The kernels with a score mod or dropout (variants) keep 2: their
-// softmax spills at 3 warpgroups' 160 registers per thread. Where the taller tiles do not pay
-// (sm90_fwd_tall_tiles_pay), the plain kernel runs with the variants' tiles.
+// d=64 takes 3 consumer warpgroups (the tall tiles) in the plain and the score-mod kernels: its
+// softmax per key block costs as much time as its GEMMs, and two warpgroups left the tensor cores
+// idle half the time (benchmarks/sm90/NOTES.md, v8). The dropout kernel keeps 2 (the short tiles):
+// with Philox's state it spills at 3 warpgroups' 160 registers per thread (192 bytes). Where the
+// tall tiles do not pay (sm90_fwd_tall_tiles_pay), every kernel runs on the short ones.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,10 @@ struct Sm90FwdTileConfig {
 
 // Shared memory (227 KB per block) bounds the larger head dims: Q (one or two buffers,
 // fwd_kernel_traits.h), 2 stages of K and of V.
-constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool variants) {
+constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool short_tiles) {
     switch (head_dim) {
         case 64:
-            return {variants ? 128 : 192, 128, 2};
+            return {short_tiles ? 128 : 192, 128, 2};
         case 96:
         case 128:
             return {128, 128, 2};
