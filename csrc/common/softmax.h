@@ -7,8 +7,6 @@
 
 #include <cute/tensor.hpp>
 
-#include "common/fast_exp2.h"
-
 namespace flash {
 
 using namespace cute;
@@ -50,12 +48,9 @@ struct OnlineSoftmax {
     // warp's rows take their new max and o get rescaled. Returns whether o was rescaled (uniform
     // across the warp), so that a caller which scales O itself may skip the multiplies, one per
     // entry of O for every KV block.
-    //
-    // kExp2OnFmaOf4 > 0: the exponentials of that many of every 4 columns on the FMA pipe
-    // (fast_exp2.h), which gives ~2^-125, not 0, for a -inf score: only for blocks without masking.
     static constexpr float kMaxLagLog2 = 8.f;
 
-    template <bool kLazyMax = false, int kExp2OnFmaOf4 = 0, class S, class O>
+    template <bool kLazyMax = false, class S, class O>
     __device__ bool update(S &&s, O &&o, float scale_log2) {
         static_assert(decltype(size<0>(s))::value == kRows);
         float block_max[kRows];
@@ -80,9 +75,7 @@ struct OnlineSoftmax {
             float sum = 0.f;
             CUTE_UNROLL
             for (int c = 0; c < size<1>(s); ++c) {
-                const float x = s(r, c) * scale_log2 - m_scaled;
-                const bool on_fma = c % 4 < kExp2OnFmaOf4;
-                s(r, c) = on_fma ? exp2_on_fma(x) : exp2f(x);
+                s(r, c) = exp2f(s(r, c) * scale_log2 - m_scaled);
                 sum += s(r, c);
             }
             if (rescale) {

@@ -13,7 +13,6 @@
 #include "sm90/dropout_mask.h"
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
-#include "sm90/fwd_tile_config.h"
 #include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
@@ -138,18 +137,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             fill(rescale, 1.f);
-            // Softcapped, a share of the exponentials on the FMA pipe (fast_exp2.h), except where
-            // masked -inf scores are (which it does not take) or Philox's instructions bound the kernel.
-            constexpr int kExp2OnFma = decltype(masked)::value || kDropout || !kScoreMod
-                                           ? 0
-                                           : sm90_fwd_softcap_exp2_on_fma_of_4(Traits::kHeadDim);
-            if constexpr (kExp2OnFma > 0) {
-                if (score_mod.softcapped()) {
-                    o_rescaled = softmax.template update</*kLazyMax=*/true, kExp2OnFma>(acc_s_rows, rescale,
-                                                                                       score_mod.score_scale_log2);
-                    return;
-                }
-            }
             o_rescaled = softmax.template update</*kLazyMax=*/true>(
                 acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
             if constexpr (kDropout) {

@@ -53,10 +53,6 @@ constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, 
     return sequences * tall_tiles >= num_sms && 10 * tall_tiles * tall <= 11 * short_tiles * short_;
 }
 
-// How many of every 4 columns of a thread's scores the softcapped kernel computes the exponential of
-// on the FMA pipe instead of MUFU (common/fast_exp2.h): with tanh on MUFU too, MUFU bounds it.
-constexpr int sm90_fwd_softcap_exp2_on_fma_of_4(int head_dim) { return head_dim <= 128 ? 2 : 0; }
-
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
     return sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
