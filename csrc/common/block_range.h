@@ -37,9 +37,13 @@ __device__ int kv_block_left_edge_end(Mask<kIsCausal> const &mask, int row0, int
     return block_index_clamped(first_key_of_all + block_n - 1, block_n, cute::ceil_div(mask.seqlen_k, block_n));
 }
 
-// The Q blocks of block_m rows holding every row that sees some key of [col0, col0 + block_n).
+// The Q blocks of block_m rows holding every row that sees some key of [col0, col0 + block_n): none
+// when the keys lie past seqlen_k (varlen tiles are counted for the longest sequence).
 template <bool kIsCausal>
 __device__ BlockRange q_block_range(Mask<kIsCausal> const &mask, int col0, int block_m, int block_n, int seqlen_q) {
+    if (col0 >= mask.seqlen_k) {
+        return {0, 0};
+    }
     const int m_blocks = cute::ceil_div(seqlen_q, block_m);
     const int64_t first_row = int64_t(col0) - mask.causal_shift - mask.right();
     const int64_t last_row = int64_t(col0) + block_n - 1 - mask.causal_shift + mask.left();

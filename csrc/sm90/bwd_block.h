@@ -1,8 +1,8 @@
 // What one tile of the Hopper backward works on: its keys, its (batch, head), the mask, and the Q
-// blocks that see any of its keys (common/block_range.h); none for a tile past its sequence's keys
-// (varlen: the tiles are counted for the longest sequence). The producer and the consumers derive it
-// alike from the tile index. Tiles are numbered KV block fastest, then head, then batch; a block
-// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... (bwd_launch.h picks the grid).
+// blocks that see any of its keys (common/block_range.h; none for a varlen tile past its sequence's
+// keys). The producer and the consumers derive it alike from the tile index. Tiles are numbered KV
+// block fastest, then head, then batch; a block walks the tiles blockIdx.x, blockIdx.x + gridDim.x,
+// ... (bwd_launch.h picks the grid).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -36,9 +36,7 @@ struct BwdBlock {
           bidh(tile / bwd_num_n_blocks<Traits>(params) % params.num_heads),
           bidb(tile / bwd_num_n_blocks<Traits>(params) / params.num_heads), binfo(params, bidb),
           mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right},
-          m_blocks(n_block * Traits::kBlockN < binfo.seqlen_k
-                       ? q_block_range(mask, n_block * Traits::kBlockN, Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q)
-                       : BlockRange{0, 0}) {}
+          m_blocks(q_block_range(mask, n_block * Traits::kBlockN, Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q)) {}
 
     __device__ int col0() const { return n_block * Traits::kBlockN; }
     __device__ bool has_work() const { return m_blocks.begin < m_blocks.end; }

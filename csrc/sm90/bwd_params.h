@@ -19,19 +19,15 @@ struct BwdKernelParams {
     typename Traits::ShapeRows shape_q, shape_do, shape_k, shape_v;
 };
 
-// Varlen: the packed (total, heads, head dim) tensors, a sequence found by its row offset (as the
-// forward, fwd_params.h).
 template <class Traits>
 BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
     using Element = typename Traits::Element;
-    const bool varlen = p.cu_seqlens_q != nullptr;
-    const int batch = varlen ? 1 : p.batch;
-    const int rows_q = varlen ? p.total_q : p.seqlen_q, rows_k = varlen ? p.total_k : p.seqlen_k;
-    GmemRows q{p.q_ptr, rows_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.num_heads, batch};
-    GmemRows d_o{p.do_ptr, rows_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride, p.num_heads, batch};
-    GmemRows k{p.k_ptr, rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, batch};
-    GmemRows v{p.v_ptr, rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, batch};
-    if (rows_k <= 0) {
+    const TmaRowExtents e = tma_row_extents(p);
+    GmemRows q{p.q_ptr, e.rows_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.num_heads, e.batch};
+    GmemRows d_o{p.do_ptr, e.rows_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride, p.num_heads, e.batch};
+    GmemRows k{p.k_ptr, e.rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, e.batch};
+    GmemRows v{p.v_ptr, e.rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, e.batch};
+    if (e.rows_k <= 0) {
         // No keys: no tile has work, but a descriptor needs a non-empty tensor.
         k = v = q;
     }

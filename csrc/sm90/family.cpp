@@ -6,6 +6,7 @@
 #include "sm90/fwd_tile_config.h"
 #include "sm90/fwd_workspace.h"
 #include "sm90/launch.h"
+#include "sm90/tma_extents.h"
 
 namespace flash::sm90 {
 
@@ -17,10 +18,9 @@ namespace {
 bool describable(int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; }
 
 bool describable_rows(const Flash_fwd_params &params) {
-    const bool varlen = params.cu_seqlens_q != nullptr;
-    const int rows_q = varlen ? params.total_q : params.seqlen_q, rows_k = varlen ? params.total_k : params.seqlen_k;
-    return describable(params.q_row_stride, rows_q) && describable(params.o_row_stride, rows_q) &&
-           describable(params.k_row_stride, rows_k) && describable(params.v_row_stride, rows_k);
+    const TmaRowExtents e = tma_row_extents(params);
+    return describable(params.q_row_stride, e.rows_q) && describable(params.o_row_stride, e.rows_q) &&
+           describable(params.k_row_stride, e.rows_k) && describable(params.v_row_stride, e.rows_k);
 }
 
 }  // namespace
@@ -38,8 +38,8 @@ bool supports_fwd(const Flash_fwd_params &params) {
 }
 
 bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
-    const int rows_q = params.cu_seqlens_q != nullptr ? params.total_q : params.seqlen_q;
-    if (deterministic || !describable_rows(params) || !describable(params.do_row_stride, rows_q)) {
+    if (deterministic || !describable_rows(params) ||
+        !describable(params.do_row_stride, tma_row_extents(params).rows_q)) {
         return false;
     }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {

@@ -29,16 +29,12 @@ struct FwdKernelParams {
 template <class Traits>
 FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_t l2_budget_bytes) {
     using Element = typename Traits::Element;
-    const bool varlen = p.cu_seqlens_q != nullptr;
-    // Varlen: the packed (total, heads, head dim) tensors, a sequence found by its row offset.
-    const int batch = varlen ? 1 : p.batch;
-    GmemRows q{p.q_ptr, varlen ? p.total_q : p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-               p.num_heads, batch};
-    GmemRows o{p.o_ptr, q.rows, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.num_heads, batch};
-    const int rows_k = varlen ? p.total_k : p.seqlen_k;
-    GmemRows k{p.k_ptr, rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, batch};
-    GmemRows v{p.v_ptr, rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, batch};
-    if (rows_k <= 0) {
+    const TmaRowExtents e = tma_row_extents(p);
+    GmemRows q{p.q_ptr, e.rows_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.num_heads, e.batch};
+    GmemRows o{p.o_ptr, e.rows_q, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.num_heads, e.batch};
+    GmemRows k{p.k_ptr, e.rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, e.batch};
+    GmemRows v{p.v_ptr, e.rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, e.batch};
+    if (e.rows_k <= 0) {
         // No keys: no K or V tile is ever loaded, but a descriptor needs a non-empty tensor.
         k = v = q;
     }

@@ -34,7 +34,7 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool short_tiles)
     }
 }
 
-// Whether the plain kernel's tiles, taller than the variants' at d=64, serve this problem faster
+// Whether the tall tiles (d=64's plain and score-mod kernels) serve this problem faster than the short ones
 // (benchmarks/sm90/NOTES.md, v8 and v10). Varlen: seqlen_q is the longest sequence's.
 // - Causal: 192-row tiles cost 6-7% at 512-1k rows and gain 7-17% at 2k-4k (run 145), 9% from 8k on.
 // - Fewer tall tiles than SMs: more, shorter tiles finish sooner (decode-like problems, 1-512

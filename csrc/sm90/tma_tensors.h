@@ -4,6 +4,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "sm90/tma_extents.h"
+
 namespace flash::sm90 {
 
 using namespace cute;

@@ -1,0 +1,20 @@
+// The rows and batches of a problem's tensors as the TMA sees them (plain C++, for family.cpp's
+// checks and the kernels' descriptors, tma_tensors.h): padded, seqlen rows per batch; varlen, the
+// packed (total, heads, head dim) tensors as one batch, a sequence found by its row offset
+// (tma_sequence).
+#pragma once
+
+#include "common/flash.h"
+
+namespace flash::sm90 {
+
+struct TmaRowExtents {
+    int rows_q, rows_k, batch;
+};
+
+inline TmaRowExtents tma_row_extents(Flash_fwd_params const &p) {
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    return {varlen ? p.total_q : p.seqlen_q, varlen ? p.total_k : p.seqlen_k, varlen ? 1 : p.batch};
+}
+
+}  // namespace flash::sm90
