@@ -55,32 +55,53 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
 // dQ = softmax_scale * the accumulated dS K (Algorithm 2 line 15's sums), in dq's dtype: one block
 // of kDqThreads threads per Q block, each thread reading back the values it held in the main
-// kernel's register order (bwd_dq.h).
+// kernel's register order (bwd_dq.h) into a row-major tile in shared memory, from which whole
+// rows go out in 16-byte stores (storing the fragment directly, 8 rows x 16 bytes per warp
+// instruction, ran at a third of the bandwidth).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kDqThreads)
     flash_bwd_sm90_postprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
+    constexpr int kChunkElems = 16 / sizeof(Element);
+    constexpr int kChunksPerRow = kHeadDim / kChunkElems;
+    // One chunk of padding per row: the 8 rows a warp's fragment store covers fall on distinct banks.
+    constexpr int kRowElems = kHeadDim + kChunkElems;
+    __shared__ __align__(16) Element tile[kBlockM * kRowElems];
+
     const int m_block = blockIdx.x, bidh = blockIdx.y, bidb = blockIdx.z;
     const BlockInfo binfo(params, bidb);
     typename Traits::TiledMmaDQ mma_dq;
     Tensor coord = mma_dq.get_thread_slice(threadIdx.x)
                        .partition_C(make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::HeadDim>{}));
-    const int row0 = m_block * Traits::kBlockM;
+    const int row0 = m_block * kBlockM;
     float const *partial = params.dq_accum_ptr +
-                           (binfo.template accum_row0<Traits::kBlockM>(params, bidh) + row0) * Traits::kHeadDim +
+                           (binfo.template accum_row0<kBlockM>(params, bidh) + row0) * kHeadDim +
                            (Traits::kDqSplitColumns ? threadIdx.x / 128 * Traits::kDqWarpgroupFloats : 0);
+    constexpr int kPairs = decltype(size(coord))::value / 2;
+    float2 values[kPairs];
+    CUTE_UNROLL
+    for (int p = 0; p < kPairs; ++p) {
+        values[p] = *reinterpret_cast<float2 const *>(partial + dq_staging_index(2 * p, threadIdx.x % 128));
+    }
+    cutlass::NumericArrayConverter<Element, float, 2> to_element;
+    CUTE_UNROLL
+    for (int p = 0; p < kPairs; ++p) {
+        const cutlass::Array<float, 2> pair{values[p].x * params.softmax_scale, values[p].y * params.softmax_scale};
+        *reinterpret_cast<cutlass::Array<Element, 2> *>(tile + get<0>(coord(2 * p)) * kRowElems +
+                                                        get<1>(coord(2 * p))) = to_element(pair);
+    }
+    __syncthreads();
+
     Element *dq = static_cast<Element *>(params.dq_ptr) + binfo.q_offset(params.dq_batch_stride, params.dq_row_stride) +
                   int64_t(bidh) * params.dq_head_stride;
     CUTE_UNROLL
-    for (int i = 0; i < size(coord); i += 2) {
-        const int row = row0 + get<0>(coord(i));
-        if (row < binfo.seqlen_q) {
-            const float2 v = *reinterpret_cast<float2 const *>(partial + dq_staging_index(i, threadIdx.x % 128));
-            cutlass::NumericArrayConverter<Element, float, 2> to_element;
-            const cutlass::Array<float, 2> pair{v.x * params.softmax_scale, v.y * params.softmax_scale};
-            *reinterpret_cast<cutlass::Array<Element, 2> *>(dq + int64_t(row) * params.dq_row_stride +
-                                                            get<1>(coord(i))) = to_element(pair);
+    for (int chunk = threadIdx.x; chunk < kBlockM * kChunksPerRow; chunk += Traits::kDqThreads) {
+        const int row = chunk / kChunksPerRow, col = chunk % kChunksPerRow * kChunkElems;
+        if (row0 + row < binfo.seqlen_q) {
+            *reinterpret_cast<uint4 *>(dq + int64_t(row0 + row) * params.dq_row_stride + col) =
+                *reinterpret_cast<uint4 const *>(tile + row * kRowElems + col);
         }
     }
 #endif
