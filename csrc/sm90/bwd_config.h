@@ -15,20 +15,15 @@ namespace flash::sm90 {
 constexpr int sm90_bwd_block_m = 64;
 constexpr int sm90_bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
-// The shortest query length per head dim at which the Hopper backward beat the FA2 family in the
-// grid (runs 86 and 130, benchmarks/NOTES.md): below it, a tile walks too few Q blocks to pay for
-// loading K and V and writing dK and dV. A causal tile walks half as many on average.
-constexpr int sm90_bwd_min_seqlen_q(int head_dim, bool causal) {
-    if (head_dim > 128) {
-        return causal ? 2048 : 1024;
-    }
-    return head_dim == 128 ? 1024 : causal ? 4096 : 2048;
-}
+// The shortest query length per head dim at which the Hopper backward beat the FA2 family (run 161,
+// benchmarks/NOTES.md; shorter lengths not measured): below it, a tile walks too few Q blocks to pay
+// for loading K and V and writing dK and dV. A causal tile walks half as many on average.
+constexpr int sm90_bwd_min_seqlen_q(int head_dim, bool causal) { return head_dim == 64 && causal ? 1024 : 512; }
 
 // Whether the Hopper backward pays: the rows a tile walks against the thresholds above. A window
 // bounded on both sides (causal: right = 0) gives every tile at most left + right + block_n rows,
-// however long the sequence (runs 91-94: at d=64 the FA2 family was 2-12% faster on windows
-// (1024, 0) and (256, 256) at 16k, at d=128 the Hopper family 3-11% faster on (1024, 0)).
+// however long the sequence (run 161: the Hopper family 4-9% faster on windows (1024, 0) and
+// (256, 256) at d=64, 19-28% at d=128).
 constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window_left, int window_right) {
     const int right = causal ? 0 : window_right;
     if (window_left != kWindowUnbounded && right != kWindowUnbounded) {
