@@ -29,8 +29,12 @@ SDPA_BACKENDS = {
     "sdpa_math": SDPBackend.MATH,
 }
 IMPLS = ["flash_attn_cuda", "flash_attn_cuda_sm80", *SDPA_BACKENDS, "fa4"]
+# Named with --impls only: ours with deterministic=True (dq accumulated in a fixed order), on the
+# family the default picks and with the FA2 family forced.
+DETERMINISTIC_IMPLS = ["flash_attn_cuda_det", "flash_attn_cuda_sm80_det"]
 # Column labels of the printed table.
-LABELS = {"flash_attn_cuda_sm80": "sm80", "fa4": "fa4", **{name: name[5:] for name in SDPA_BACKENDS}}
+LABELS = {"flash_attn_cuda_sm80": "sm80", "fa4": "fa4", "flash_attn_cuda_det": "det",
+          "flash_attn_cuda_sm80_det": "sm80_det", **{name: name[5:] for name in SDPA_BACKENDS}}
 TOKENS = 16384
 HIDDEN = 2048
 
@@ -42,10 +46,11 @@ def attention_flops(seqlen, head_dim, nheads, batch, causal, direction):
 
 def attention_fn(impl, causal):
     """impl's attention as f(q, k, v) in our (batch, seqlen, nheads, d) layout."""
-    if impl == "flash_attn_cuda":
-        return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)
-    if impl == "flash_attn_cuda_sm80":
-        return lambda q, k, v: forced_sm80(flash_attn_func, q, k, v, causal=causal)
+    if impl in ("flash_attn_cuda", "flash_attn_cuda_det"):
+        deterministic = impl == "flash_attn_cuda_det"
+        return lambda q, k, v: flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+    if impl in ("flash_attn_cuda_sm80", "flash_attn_cuda_sm80_det"):
+        return lambda q, k, v: forced_sm80(attention_fn(impl.replace("_sm80", ""), causal), q, k, v)
     if impl == "fa4":
         from flash_attn.cute import flash_attn_func as fa4_func
 
@@ -85,9 +90,9 @@ def available_impls():
 
 def make_call(impl, q, k, v, causal, direction):
     """A no-argument function running one direction: fwd, bwd (the backward of a stored forward),
-    or fwd_bwd. flash_attn_cuda_sm80 runs every direction with the FA2 family forced."""
-    if impl == "flash_attn_cuda_sm80":
-        call = forced_sm80(make_call, "flash_attn_cuda", q, k, v, causal, direction)
+    or fwd_bwd. flash_attn_cuda_sm80(_det) runs every direction with the FA2 family forced."""
+    if impl in ("flash_attn_cuda_sm80", "flash_attn_cuda_sm80_det"):
+        call = forced_sm80(make_call, impl.replace("_sm80", ""), q, k, v, causal, direction)
         return lambda: forced_sm80(call)
     attend = attention_fn(impl, causal)
     if direction == "fwd":
@@ -161,7 +166,7 @@ def print_table(rows):
     for r in rows:
         key = (r["direction"], r["dtype"], r["hdim"], r["causal"], r["seqlen"])
         by_key.setdefault(key, {})[r["impl"]] = r["tflops"]
-    others = [i for i in IMPLS if i != "flash_attn_cuda"]
+    others = [i for i in IMPLS + DETERMINISTIC_IMPLS if i != "flash_attn_cuda" and any(i in t for t in by_key.values())]
     print(f"{'dir':7} {'dtype':5} {'d':>4} {'causal':6} {'seqlen':>6} {'ours':>7} "
           + " ".join(f"{LABELS[i]:>9}" for i in others) + "  " + " ".join(f"{'x' + LABELS[i]:>9}" for i in others))
     for (direction, dtype, hdim, causal, seqlen), t in sorted(by_key.items()):

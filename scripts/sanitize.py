@@ -108,23 +108,25 @@ if 64 in built["head_dims"]:
     torch.cuda.synchronize()
     print("causal, 3 warpgroups d=64: ok")
 
-# The Hopper backward (d = 64, 128 and 256, not deterministic), forced on these short problems:
-# several Q blocks per KV block, so that its dS, dQ staging and dropout buffers are reused, a partial
-# last KV block, GQA; plain, and with the variants (the kernel with dropout's mask exchange).
+# The Hopper backward (d = 64, 128 and 256), forced on these short problems: several Q blocks per KV
+# block, so that its dS, dQ staging and dropout buffers are reused, a partial last KV block, GQA;
+# plain, with the variants (the kernel with dropout's mask exchange), and deterministic (the dQ
+# adds in turn).
 os.environ["FLASH_ATTN_CUDA_FAMILY"] = "sm90"
 for head_dim in (64, 128, 256):
     if head_dim in built["head_dims"]:
         for variant in ({}, {"causal": True}, {"dropout_p": 0.2, "softcap": 10.0, "alibi_slopes": slopes},
-                        {"dropout_p": 0.1, "causal": True}):
+                        {"dropout_p": 0.1, "causal": True}, {"deterministic": True},
+                        {"deterministic": True, "causal": True, "softcap": 10.0}):
             forward_backward(f"Hopper backward d={head_dim} {sorted(variant)}", (2, 300, 4, head_dim),
                              (2, 200, 2, head_dim), **variant)
         # More tiles than SMs: each block walks several, reusing its K, V and dropout buffers.
-        for variant in ({}, {"dropout_p": 0.2, "window_size": (100, 50)}):
+        for variant in ({}, {"dropout_p": 0.2, "window_size": (100, 50)}, {"deterministic": True}):
             forward_backward(f"Hopper backward, several tiles per block, d={head_dim} {sorted(variant)}",
                              (2, 150, 50, head_dim), (2, 300, 50, head_dim), **variant)
         # Varlen: sequences without queries or keys, tiles past a sequence's keys, the last
         # sequence ending at the tensors' end.
-        for variant in ({}, {"causal": True, "dropout_p": 0.2, "softcap": 10.0}):
+        for variant in ({}, {"causal": True, "dropout_p": 0.2, "softcap": 10.0}, {"causal": True, "deterministic": True}):
             q = torch.randn(sum(lengths_q), 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
             k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda", dtype=dtype, requires_grad=True)
             v = torch.randn_like(k, requires_grad=True)

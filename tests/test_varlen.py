@@ -202,7 +202,7 @@ def test_varlen_of_equal_lengths_equals_padded(causal):
 
 @pytest.mark.gpu
 @requires_gpu
-def test_varlen_deterministic_is_bitwise_reproducible():
+def test_varlen_deterministic_is_bitwise_reproducible(kernel_family):
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = [700, 0, 1300, 9], [1500, 3, 1300, 0]

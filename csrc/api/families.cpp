@@ -76,8 +76,8 @@ Family bwd_family([[maybe_unused]] const Flash_bwd_params &params, [[maybe_unuse
                   [[maybe_unused]] bool deterministic) {
     const Forced forced = forced_family();
 #ifdef FLASH_ATTN_FAMILY_SM90
-    if (sm == 90 && forced != Forced::kSm80 && flash::sm90::supports_bwd(params, deterministic) &&
-        (forced == Forced::kSm90 || flash::sm90::bwd_pays(params))) {
+    if (sm == 90 && forced != Forced::kSm80 && flash::sm90::supports_bwd(params) &&
+        (forced == Forced::kSm90 || flash::sm90::bwd_pays(params, deterministic))) {
         return Family::kSm90;
     }
 #endif
@@ -87,7 +87,7 @@ Family bwd_family([[maybe_unused]] const Flash_bwd_params &params, [[maybe_unuse
 BwdWorkspace bwd_workspace(Family family, const Flash_bwd_params &params, bool deterministic) {
 #ifdef FLASH_ATTN_FAMILY_SM90
     if (family == Family::kSm90) {
-        return flash::sm90::bwd_workspace(params);
+        return flash::sm90::bwd_workspace(params, deterministic);
     }
 #endif
     TORCH_INTERNAL_ASSERT(family == Family::kSm80);

@@ -1,6 +1,8 @@
-// A counter in global memory that orders thread blocks: one waits until the count reaches its
-// turn, does its work, then increments it for the next (deterministic dQ accumulation).
+// The turn counter (common/turn_counter.h) for whole thread blocks: one waits until the count
+// reaches its turn, does its work, then counts it done for the next (deterministic dQ accumulation).
 #pragma once
+
+#include "common/turn_counter.h"
 
 namespace flash {
 
@@ -8,10 +10,7 @@ namespace flash {
 // wrote before their release visible.
 __device__ inline void semaphore_wait(const int *count, int turn) {
     if (threadIdx.x == 0) {
-        int seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-        } while (seen != turn);
+        wait_for_turn(count, turn);
     }
     __syncthreads();
 }
@@ -20,8 +19,7 @@ __device__ inline void semaphore_wait(const int *count, int turn) {
 __device__ inline void semaphore_release(int *count) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(count, 1);
+        count_turn_done(count);
     }
 }
 

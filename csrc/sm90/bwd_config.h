@@ -15,6 +15,17 @@ namespace flash::sm90 {
 constexpr int sm90_bwd_block_m = 64;
 constexpr int sm90_bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
+// Whether the two consumer warpgroups split dQ's columns (each adds a partial of its own), or each
+// adds its keys' share of all columns into one partial (d = 64: an MN-major wgmma operand's N must
+// span whole 64-element swizzle atoms); bwd_kernel_traits.h.
+constexpr bool sm90_bwd_dq_split_columns(int head_dim) { return head_dim / 2 % 64 == 0; }
+
+// Deterministic dQ: one turn counter per (batch, head, Q block, dQ partial) (bwd_dq.h).
+constexpr int64_t sm90_bwd_semaphore_ints(int batch, int num_heads, int seqlen_q, int head_dim) {
+    const int64_t m_blocks = (seqlen_q + sm90_bwd_block_m - 1) / sm90_bwd_block_m;
+    return int64_t(batch) * num_heads * m_blocks * (sm90_bwd_dq_split_columns(head_dim) ? 2 : 1);
+}
+
 // The shortest query length per head dim at which the Hopper backward beat the FA2 family (run 161,
 // benchmarks/NOTES.md; shorter lengths not measured): below it, a tile walks too few Q blocks to pay
 // for loading K and V and writing dK and dV. A causal tile walks half as many on average.
@@ -31,6 +42,15 @@ constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window
         return rows >= sm90_bwd_min_seqlen_q(head_dim, false);
     }
     return seqlen_q >= sm90_bwd_min_seqlen_q(head_dim, causal);
+}
+
+// Whether the deterministic backward pays here (runs 163-164, benchmarks/NOTES.md): where a tile's Q
+// blocks start a block of keys' worth of rows after the previous tile's (causal, or a window bounded
+// on the right), the KV block that adds next into a Q block reaches it a few steps after the one
+// before; where every tile starts at Q block 0 (right side unbounded) they follow one step apart,
+// waiting on each other at every step, and the FA2 family's deterministic backward measured faster.
+constexpr bool sm90_bwd_deterministic_pays(bool causal, int window_right) {
+    return causal || window_right != kWindowUnbounded;
 }
 
 // Whether the main kernel runs one block per SM, each walking every gridDim.x-th tile, so that a

@@ -2,7 +2,8 @@
 // Algorithm 2 lines 9-19 on its 64 keys, transposed (bwd_kernel_traits.h): S^T and dP^T by wgmma,
 // P^T and dS^T in registers, dV and dK (its columns of them) accumulated in registers, dQ's partial
 // sum over the block's keys added to the fp32 accumulator in global memory (bwd_dq.h). Then dK and
-// dV out (line 21). kVariants: softcap, ALiBi and dropout, each where the problem has it.
+// dV out (line 21). kVariants: softcap, ALiBi and dropout, each where the problem has it;
+// kDeterministic: dQ's adds in a fixed order (bwd_dq.h).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -37,7 +38,7 @@ __device__ __forceinline__ void store_key_rows(Acc const &acc, Coord const &coor
     }
 }
 
-template <class Traits, bool kIsCausal, bool kVariants>
+template <class Traits, bool kIsCausal, bool kVariants, bool kDeterministic>
 __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, typename Traits::SharedStorage &shared,
                                              typename Traits::PipelineQ &pipeline_q,
                                              typename Traits::PipelineQ &pipeline_do, int ctid) {
@@ -98,7 +99,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     const int key0 = Traits::kSplitHeadDim ? 0 : warpgroup * 64;  // this warpgroup's keys in the block
 
     // Carried from tile to tile: the pipelines' stages, the dS^T (and dropout) buffer, the dQ staging.
-    DqReduction<Traits> dq_out(shared, warpgroup, ctid % 128);
+    const DqReduction<Traits, kDeterministic> dq_out(shared, warpgroup, ctid % 128);
     typename Traits::PipelineState q_state, do_state;
     int ds_buffer = 0;
     int kv_loads = 0;
@@ -141,6 +142,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, q_state.index()), acc_s);
                 pipeline_do.consumer_wait(do_state);
                 wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
+                dq_out.release_under_gemms();
 
                 // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
                 // sequence, whose P is then 0), masked entries 0; scale_log2 takes S^T (or the score
@@ -276,7 +278,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 ++q_state;
                 ++do_state;
                 ds_buffer ^= 1;
-                dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim);
+                dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim, params, block, m_block);
                 if (dropout_on && m_block + 1 < m_blocks.end) {
                     write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0,
                                         ctid % 128);
@@ -285,6 +287,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // Every GEMM that reads K and V has been waited for: the producer may load the next
             // tile's.
             cutlass::arch::ClusterBarrier::arrive(&shared.kv_empty);
+            dq_out.release_pending();  // deterministic: the tile's last add
         }
 
         // Line 21: dK (with the softmax scale the S above left out) and dV of this warpgroup's keys;

@@ -6,11 +6,19 @@
 // The accumulator keeps that order: Q block i of (batch, head) holds warpgroup 0's partial, then
 // warpgroup 1's, where they split the columns; else both add into the one partial
 // (bwd_kernel_traits.h, kDqSplitColumns).
+//
+// Deterministic (kDeterministic; params.dq_semaphore_ptr): the adds into a partial come in a fixed
+// order, the KV blocks of the Q block's range (common/block_range.h) in turn, warpgroup 0 before 1
+// where both add into one partial, through a turn counter per (batch, head, Q block, partial)
+// (common/turn_counter.h). An add's turn is passed on only once it has completed: in the next Q
+// block's add (d = 64: under its first GEMMs), or at the end of the tile.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "common/block_range.h"
+#include "common/turn_counter.h"
 #include "sm90/bwd_kernel_traits.h"
 
 namespace flash::sm90 {
@@ -20,21 +28,57 @@ using namespace cute;
 // Where value i of thread t (of 128 in its warpgroup) lives in a warpgroup's partial.
 __host__ __device__ constexpr int dq_staging_index(int i, int t) { return i / 2 * 256 + 2 * t + i % 2; }
 
-template <class Traits>
+// The async proxy's accesses (the bulk reductions) ordered with the generic proxy's: after a turn
+// is seen, and before it is passed on.
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+template <class Traits, bool kDeterministic>
 struct DqReduction {
     float *staging;  // this warpgroup's buffer
+    // Thread 0's: the counter of a bulk reduction not yet counted done (in shared memory rather than
+    // in registers through the loop).
+    int **pending;
     int warpgroup, thread;
 
     __device__ DqReduction(typename Traits::SharedStorage &shared, int warpgroup_, int thread_)
         : staging(Traits::kDqStaged ? shared.dq.data() + warpgroup_ * Traits::kDqWarpgroupFloats : nullptr),
-          warpgroup(warpgroup_), thread(thread_) {}
+          pending(&shared.dq_pending[warpgroup_]), warpgroup(warpgroup_), thread(thread_) {
+        if (kDeterministic && thread == 0) {
+            *pending = nullptr;
+        }
+    }
 
-    // dst: Q block i's accumulator.
-    template <class Acc>
-    __device__ __forceinline__ void add(Acc const &acc_dq, float *dst) const {
+    // Deterministic: waits until this warpgroup's turn at Q block m_block of block's (batch, head)
+    // has come; returns its counter.
+    template <class Block>
+    __device__ __forceinline__ int *wait_for_dq_turn(Flash_bwd_params const &params, Block const &block,
+                                                     int m_block) const {
+        constexpr int kPartials = Traits::kDqSplitColumns ? 2 : 1;
+        constexpr int kBlockM = Traits::kBlockM;
+        const int64_t q_block =
+            (int64_t(block.bidb) * params.num_heads + block.bidh) * cute::ceil_div(params.seqlen_q, kBlockM) + m_block;
+        const int place =
+            block.n_block - kv_block_range(block.mask, m_block * kBlockM, kBlockM, Traits::kBlockN).begin;
+        int *count = params.dq_semaphore_ptr + q_block * kPartials + (Traits::kDqSplitColumns ? warpgroup : 0);
+        wait_for_turn(count, Traits::kDqSplitColumns ? place : 2 * place + warpgroup);
+        return count;
+    }
+
+    // dst: Q block m_block's accumulator. Deterministic: the previous add's turn is passed on here,
+    // a Q block's step after it was issued, when it has long completed.
+    template <class Acc, class Block>
+    __device__ __forceinline__ void add(Acc const &acc_dq, float *dst, Flash_bwd_params const &params,
+                                        Block const &block, int m_block) const {
         static_assert(decltype(size(acc_dq))::value * 128 == Traits::kDqWarpgroupFloats);
         float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
         if constexpr (!Traits::kDqStaged) {
+            if constexpr (kDeterministic) {
+                release_pending();
+                if (thread == 0) {
+                    *pending = wait_for_dq_turn(params, block, m_block);
+                }
+                sync();
+            }
             CUTE_UNROLL
             for (int i = 0; i < size(acc_dq); i += 2) {
                 atomicAdd(reinterpret_cast<float2 *>(partial + dq_staging_index(i, thread)),
@@ -43,6 +87,7 @@ struct DqReduction {
             return;
         }
         // The previous reduction has read the buffer.
+        release_pending();
         if (thread == 0) {
             tma_store_wait<0>();
         }
@@ -54,6 +99,10 @@ struct DqReduction {
         cutlass::arch::fence_view_async_shared();
         sync();
         if (thread == 0) {
+            if constexpr (kDeterministic) {
+                *pending = wait_for_dq_turn(params, block, m_block);
+                fence_async_global();
+            }
             asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                          :
                          : "l"(partial), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(staging))),
@@ -63,8 +112,40 @@ struct DqReduction {
         }
     }
 
-    // The last reduction has read the buffer before the block exits.
+    // Deterministic: once the last add has completed, the next writer of its partial may add. Called
+    // by every thread of the warpgroup.
+    __device__ __forceinline__ void release_pending() const {
+        if constexpr (kDeterministic) {
+            if constexpr (Traits::kDqStaged) {
+                if (thread == 0 && *pending != nullptr) {
+                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                    fence_async_global();
+                }
+            } else {
+                __threadfence();  // this thread's reductions are performed
+                sync();
+            }
+            if (thread == 0 && *pending != nullptr) {
+                count_turn_done(*pending);
+                *pending = nullptr;
+            }
+        }
+    }
+
+    // Deterministic, one partial (d = 64): warpgroup 1 adds after warpgroup 0 in every tile, so the
+    // turn is passed on under the next Q block's first GEMMs rather than at its add a step later,
+    // which left warpgroup 1 a step behind and its Q and dO stages late for warpgroup 0 (runs
+    // 163-164). Two partials: at the add, by when the reduction has long completed.
+    __device__ __forceinline__ void release_under_gemms() const {
+        if constexpr (!Traits::kDqSplitColumns) {
+            release_pending();
+        }
+    }
+
+    // The last reduction has read the buffer (and, deterministic, completed) before the block exits.
+    // Called by every thread of the warpgroup.
     __device__ __forceinline__ void finish() const {
+        release_pending();
         if (Traits::kDqStaged && thread == 0) {
             tma_store_wait<0>();
         }

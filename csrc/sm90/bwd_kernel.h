@@ -14,7 +14,7 @@
 
 namespace flash::sm90 {
 
-template <class Traits, bool kIsCausal, bool kVariants>
+template <class Traits, bool kIsCausal, bool kVariants, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ BwdKernelParams<Traits> kp) {
 // Compiled to an empty kernel for the other archs of the build, as the forward (fwd_kernel.h).
@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         }
     } else {
         cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-        bwd_consumer<Traits, kIsCausal, kVariants>(kp, shared, pipeline_q, pipeline_do, threadIdx.x - 128);
+        bwd_consumer<Traits, kIsCausal, kVariants, kDeterministic>(kp, shared, pipeline_q, pipeline_do,
+                                                                   threadIdx.x - 128);
     }
 #endif
 }

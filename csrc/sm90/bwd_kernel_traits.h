@@ -75,7 +75,7 @@ struct BwdKernelTraits {
     // [w, w + 1) * kHeadDim / 2 over all keys; an MN-major operand's N must span whole 64-element
     // swizzle atoms, so d = 64 instead gives each warpgroup all columns over its own 64 keys, and
     // both partials are added to the accumulator.
-    static constexpr bool kDqSplitColumns = kHeadDim / 2 % 64 == 0;
+    static constexpr bool kDqSplitColumns = sm90_bwd_dq_split_columns(kHeadDim);
     static constexpr int kDqKeys = kDqSplitColumns ? kBlockN : 64;  // the K of a warpgroup's dQ GEMM
     static constexpr int kDqThreads = kDqSplitColumns ? kNumConsumerThreads : 128;  // one dQ tiling
     using TiledMmaDQ = decltype(make_tiled_mma(
@@ -126,6 +126,7 @@ struct BwdKernelTraits {
         cute::array_aligned<float, kDqStaged ? kDqWarpgroupFloats * kNumConsumerWarpgroups : 1, 128> dq;
         cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
         cute::array_aligned<float, kBlockM * kStages, 16> dot_do_o;  // D
+        int *dq_pending[kNumConsumerWarpgroups];  // deterministic dQ (bwd_dq.h)
         // Dropout's mask per warpgroup, two tiles (bwd_dropout.h; the buffer alternates as dS^T's).
         cute::array_aligned<uint8_t, kDropoutTileBytes * 2 * kNumConsumerWarpgroups, 16> dropout_bytes;
         typename PipelineQ::SharedStorage pipeline_q;

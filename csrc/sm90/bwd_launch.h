@@ -32,10 +32,13 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
     }
 
     // The variants (softcap, ALiBi, dropout) in a kernel of their own: the plain one keeps its
-    // exponentials under the dP^T GEMM.
-    auto kernel = has_score_mod(params) || has_dropout(params)
-                      ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true>
-                      : &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, false>;
+    // exponentials under the dP^T GEMM. The deterministic kernel (dQ's adds in turn, bwd_dq.h) has
+    // the variants compiled in, so that the other two keep their registers.
+    auto kernel = params.dq_semaphore_ptr != nullptr
+                      ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true, true>
+                  : has_score_mod(params) || has_dropout(params)
+                      ? &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, true, false>
+                      : &flash::sm90::flash_bwd_sm90_kernel<Traits, kIsCausal, false, false>;
     int device = 0, num_sms = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) != cudaSuccess ||
         cudaGetDevice(&device) != cudaSuccess ||

@@ -37,8 +37,8 @@ bool supports_fwd(const Flash_fwd_params &params) {
     });
 }
 
-bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
-    if (deterministic || !describable_rows(params) ||
+bool supports_bwd(const Flash_bwd_params &params) {
+    if (!describable_rows(params) ||
         !describable(params.do_row_stride, tma_row_extents(params).rows_q)) {
         return false;
     }
@@ -48,7 +48,10 @@ bool supports_bwd(const Flash_bwd_params &params, bool deterministic) {
 }
 
 // Varlen: the mean sequence length stands for the rows a tile walks (seqlen_q is the longest).
-bool bwd_pays(const Flash_bwd_params &params) {
+bool bwd_pays(const Flash_bwd_params &params, bool deterministic) {
+    if (deterministic && !sm90_bwd_deterministic_pays(params.is_causal, params.window_right)) {
+        return false;
+    }
     const int rows = params.cu_seqlens_q != nullptr ? params.total_q / std::max(params.batch, 1) : params.seqlen_q;
     return sm90_bwd_pays(params.head_dim, params.is_causal, rows, params.window_left, params.window_right);
 }
@@ -56,7 +59,7 @@ bool bwd_pays(const Flash_bwd_params &params) {
 // Rows rounded up to the backward's 64-row Q blocks per (batch, head), or per head for varlen
 // (BlockInfo::accum_row0), so that every Q block's row statistics start 256-byte aligned for the
 // bulk copies (bwd_producer.h).
-BwdWorkspace bwd_workspace(const Flash_bwd_params &params) {
+BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic) {
     constexpr int kBlockM = sm90_bwd_block_m;
     const bool varlen = params.cu_seqlens_q != nullptr;
     const int rows = varlen ? params.total_q + params.batch * kBlockM : params.seqlen_q;
@@ -65,6 +68,8 @@ BwdWorkspace bwd_workspace(const Flash_bwd_params &params) {
     ws.softmax_d_floats = int64_t(varlen ? 1 : params.batch) * params.num_heads * ws.accum_rows;
     ws.lse_log2_floats = ws.softmax_d_floats;
     ws.dq_accum_floats = ws.softmax_d_floats * params.head_dim;
+    ws.semaphore_ints =
+        deterministic ? sm90_bwd_semaphore_ints(params.batch, params.num_heads, params.seqlen_q, params.head_dim) : 0;
     return ws;
 }
 

@@ -20,16 +20,16 @@ size_t fwd_workspace_bytes(const Flash_fwd_params &params);
 // Launch the forward on stream; false if this build has no kernel for the params.
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream);
 
-// Whether this build's backward serves the params: padded or varlen problems whose dQ accumulation
-// need not be deterministic, at a head dim it is built for.
-bool supports_bwd(const Flash_bwd_params &params, bool deterministic);
+// Whether this build's backward serves the params: padded or varlen problems at a head dim it is
+// built for.
+bool supports_bwd(const Flash_bwd_params &params);
 
-// Whether the backward of params has enough query rows to run faster here than on the FA2 family
-// (bwd_config.h).
-bool bwd_pays(const Flash_bwd_params &params);
+// Whether the backward of params (deterministic or not) has enough query rows, and tiles shaped for
+// the dQ turns, to run faster here than on the FA2 family (bwd_config.h).
+bool bwd_pays(const Flash_bwd_params &params, bool deterministic);
 
-// The scratch buffers the backward of params needs.
-BwdWorkspace bwd_workspace(const Flash_bwd_params &params);
+// The scratch buffers the backward of params needs (deterministic: with the dQ turn counters).
+BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic);
 
 // Launch the backward on stream; false if this build has no kernel for the params.
 bool run_bwd(Flash_bwd_params &params, cudaStream_t stream);
