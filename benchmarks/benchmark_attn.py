@@ -4,6 +4,8 @@ FA2 family forced) vs PyTorch SDPA's flash, cuDNN, efficient and math backends a
 
 python benchmarks/benchmark_attn.py [--quick] [--json] [--memory] [--dtypes bf16,fp16]
     [--directions fwd,bwd,fwd_bwd] ...
+--impls also takes flash_attn_cuda_det and flash_attn_cuda_sm80_det (deterministic=True), which
+the default list leaves out.
 """
 
 import argparse
