@@ -198,9 +198,9 @@ def test_deterministic_is_bitwise_reproducible(causal, head_dim):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_deterministic_with_several_tiles_per_sm(causal, head_dim):
-    """Several (KV block, head) tiles per SM: the KV blocks that add into one dq block in turn run
-    beside each other and in later rounds of the same blocks (the Hopper backward's persistent
-    grid), with seqlen_q != seqlen_k so that the causal diagonal is shifted."""
+    """More than two (KV block, head) tiles per SM, so that the KV blocks that add into one dq block
+    in turn run beside each other and after each other; GQA, and seqlen_q != seqlen_k so that the
+    causal diagonal is shifted."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
     nheads = 2 * (heads_for_more_tiles_than_sms(1, 1100 // 128) // 2 + 1)  # even, for GQA

@@ -16,13 +16,13 @@ WINDOWS = [(17, 0), (0, 17), (130, 300), (1000, -1), (-1, 100), (5, 5), (0, 0)]
 SEQLENS = [(1, 1), (113, 203), (203, 113), (1000, 1000), (128, 2049), (2049, 128)]
 
 
-def assert_matches_reference(q, k, v, dout, **variant):
+def assert_matches_reference(q, k, v, dout, deterministic=False, **variant):
     """Forward and backward of flash_attn_func with these variant arguments against the float32
     reference, each within the numerics rule (the standard implementation's error in the inputs'
     dtype as the baseline)."""
     poison_allocator()
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out, lse, _ = flash_attn_func(*leaves, return_attn_probs=True, **variant)
+    out, lse, _ = flash_attn_func(*leaves, return_attn_probs=True, deterministic=deterministic, **variant)
     grads = torch.autograd.grad(out, leaves, dout)
     ref, pt = {}, {}
     for upcast, results in ((True, ref), (False, pt)):
@@ -57,7 +57,7 @@ def test_window_with_gqa_is_deterministic_on_request(window):
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(2, 777, 777, 8, 2, head_dim, dtype, seed=5)
     dout = random_dout(q, 6)
-    assert_matches_reference(q, k, v, dout, window_size=window)
+    assert_matches_reference(q, k, v, dout, window_size=window, deterministic=True)
     runs = [grads_of(lambda *t: flash_attn_func(*t, window_size=window, deterministic=True), (q, k, v), dout)[1]
             for _ in range(2)]
     for a, b in zip(*runs):

@@ -112,7 +112,8 @@ struct Flash_bwd_params : Flash_fwd_params {
     // Laid out as softmax_d, where the family asked for it (BwdWorkspace::lse_log2_floats > 0):
     // softmax_lse * log2(e), +inf in the rows past each sequence. Else null.
     float *__restrict__ softmax_lse_log2_ptr;
-    // (batch, nheads, ceil(seqlen_q / kBlockM)) int32, zeroed, when the dQ accumulation must be
+    // (batch, nheads, ceil(seqlen_q / kBlockM), dQ partials per Q block: the Hopper backward's 1 or
+    // 2, sm90/bwd_config.h; the FA2 family's 1) int32, zeroed, when the dQ accumulation must be
     // deterministic: KV block j adds into a Q block once the count there reaches j's place among
     // the KV blocks of that Q block's range (common/block_range.h). Else null.
     int *__restrict__ dq_semaphore_ptr;

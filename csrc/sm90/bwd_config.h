@@ -57,9 +57,12 @@ constexpr bool sm90_bwd_deterministic_pays(bool causal, int window_right) {
 // tile's K and V load and the previous tile's dK and dV stores overlap: where the tiles cost about
 // the same. Causal tiles without a left window bound cost from one Q block to all of them, and
 // varlen tiles as much as their sequence has rows (none past its keys); there each tile gets a
-// block of its own, which the hardware hands to the next free SM (greedy).
-constexpr bool sm90_bwd_persistent(bool causal, bool window_left_bounded, bool varlen) {
-    return !varlen && (!causal || window_left_bounded);
+// block of its own, which the hardware hands to the next free SM (greedy). Deterministic too: a tile
+// waits for tiles of lower index (bwd_dq.h), which the hardware starts first, whereas a persistent
+// block waiting for a tile of a block not yet resident (SMs held by another stream's kernel) would
+// wait for ever.
+constexpr bool sm90_bwd_persistent(bool causal, bool window_left_bounded, bool varlen, bool deterministic) {
+    return !varlen && !deterministic && (!causal || window_left_bounded);
 }
 
 }  // namespace flash::sm90
