@@ -19,11 +19,12 @@ constexpr int sm90_bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128;
 // adds its keys' share of all columns into one partial (d = 64: an MN-major wgmma operand's N must
 // span whole 64-element swizzle atoms); bwd_kernel_traits.h.
 constexpr bool sm90_bwd_dq_split_columns(int head_dim) { return head_dim / 2 % 64 == 0; }
+constexpr int sm90_bwd_dq_partials(int head_dim) { return sm90_bwd_dq_split_columns(head_dim) ? 2 : 1; }
 
 // Deterministic dQ: one turn counter per (batch, head, Q block, dQ partial) (bwd_dq.h).
 constexpr int64_t sm90_bwd_semaphore_ints(int batch, int num_heads, int seqlen_q, int head_dim) {
     const int64_t m_blocks = (seqlen_q + sm90_bwd_block_m - 1) / sm90_bwd_block_m;
-    return int64_t(batch) * num_heads * m_blocks * (sm90_bwd_dq_split_columns(head_dim) ? 2 : 1);
+    return int64_t(batch) * num_heads * m_blocks * sm90_bwd_dq_partials(head_dim);
 }
 
 // The shortest query length per head dim at which the Hopper backward beat the FA2 family (run 161,

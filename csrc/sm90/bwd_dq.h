@@ -53,7 +53,7 @@ struct DqReduction {
     template <class Block>
     __device__ __forceinline__ int *wait_for_dq_turn(Flash_bwd_params const &params, Block const &block,
                                                      int m_block) const {
-        constexpr int kPartials = Traits::kDqSplitColumns ? 2 : 1;
+        constexpr int kPartials = sm90_bwd_dq_partials(Traits::kHeadDim);
         constexpr int kBlockM = Traits::kBlockM;
         const int64_t q_block =
             (int64_t(block.bidb) * params.num_heads + block.bidh) * cute::ceil_div(params.seqlen_q, kBlockM) + m_block;
