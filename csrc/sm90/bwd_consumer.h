@@ -102,6 +102,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     const DqReduction<Traits, kDeterministic> dq_out(shared, warpgroup, ctid % 128);
     typename Traits::PipelineState q_state, do_state;
     int ds_buffer = 0;
+    int dq_buffer = 0;  // the dQ staging buffer the next partial goes to (kDeferredDqAdd)
     int kv_loads = 0;
     // Dropout's mask of a Q block, made in the loop's step before it (where the fewest registers
     // are live) into the buffer that dS^T of that block will use.
@@ -132,6 +133,10 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
                                     ctid % 128);
             }
+            // kDeferredDqAdd: a Q block's dQ add waits for the next block's S^T and dP^T to be
+            // issued, and runs under them (the deterministic turns keep their order).
+            constexpr bool kDeferredDqAdd = Traits::kDeferDqAdd && !kDeterministic;
+            const auto dq_of = [&](int m_block) { return dq_accum + int64_t(m_block) * Traits::kBlockM * Traits::kHeadDim; };
             for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
                 const int row0 = m_block * Traits::kBlockM;
                 Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -143,6 +148,10 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 pipeline_do.consumer_wait(do_state);
                 wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
                 dq_out.release_under_gemms();
+                if constexpr (kDeferredDqAdd) {
+                    // The first step has no previous block: the barrier alone, without a branch.
+                    dq_out.start_reduction(dq_of(m_block - 1), dq_buffer ^ 1, m_block > m_blocks.begin);
+                }
 
                 // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
                 // sequence, whose P is then 0), masked entries 0; scale_log2 takes S^T (or the score
@@ -278,7 +287,12 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 ++q_state;
                 ++do_state;
                 ds_buffer ^= 1;
-                dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim, params, block, m_block);
+                if constexpr (kDeferredDqAdd) {
+                    dq_out.stage(acc_dq, dq_buffer);
+                    dq_buffer ^= 1;
+                } else {
+                    dq_out.add(acc_dq, dq_of(m_block), params, block, m_block);
+                }
                 if (dropout_on && m_block + 1 < m_blocks.end) {
                     write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0,
                                         ctid % 128);
@@ -287,6 +301,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // Every GEMM that reads K and V has been waited for: the producer may load the next
             // tile's.
             cutlass::arch::ClusterBarrier::arrive(&shared.kv_empty);
+            if constexpr (kDeferredDqAdd) {
+                dq_out.start_reduction(dq_of(m_blocks.end - 1), dq_buffer ^ 1, true);
+            }
             dq_out.release_pending();  // deterministic: the tile's last add
         }
 

@@ -5,7 +5,9 @@
 // bulk reduction (cp.reduce.async.bulk), or (kDqStaged false) added pair by pair from registers.
 // The accumulator keeps that order: Q block i of (batch, head) holds warpgroup 0's partial, then
 // warpgroup 1's, where they split the columns; else both add into the one partial
-// (bwd_kernel_traits.h, kDqSplitColumns).
+// (bwd_kernel_traits.h, kDqSplitColumns). At d = 64 (kDqStagingBuffers 2) the reduction of a Q
+// block's partial starts a step later, under the next block's first GEMMs, from two staging
+// buffers in turn.
 //
 // Deterministic (kDeterministic; params.dq_semaphore_ptr): the adds into a partial come in a fixed
 // order, the KV blocks of the Q block's range (common/block_range.h) in turn, warpgroup 0 before 1
@@ -27,6 +29,13 @@ using namespace cute;
 
 // Where value i of thread t (of 128 in its warpgroup) lives in a warpgroup's partial.
 __host__ __device__ constexpr int dq_staging_index(int i, int t) { return i / 2 * 256 + 2 * t + i % 2; }
+
+// Where pred holds, waits until every bulk operation of this thread's but its latest group has read
+// its source (cp.async.bulk.wait_group.read 1), as a predicated instruction (no branch).
+__device__ __forceinline__ void bulk_wait_read_but_latest_if(bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 1;\n}" ::"r"(uint32_t(pred))
+                 : "memory");
+}
 
 // The async proxy's accesses (the bulk reductions) ordered with the generic proxy's: after a turn
 // is seen, and before it is passed on.
@@ -70,8 +79,8 @@ struct DqReduction {
     __device__ __forceinline__ void add(Acc const &acc_dq, float *dst, Flash_bwd_params const &params,
                                         Block const &block, int m_block) const {
         static_assert(decltype(size(acc_dq))::value * 128 == Traits::kDqWarpgroupFloats);
-        float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
         if constexpr (!Traits::kDqStaged) {
+            float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
             if constexpr (kDeterministic) {
                 release_pending();
                 if (thread == 0) {
@@ -92,24 +101,33 @@ struct DqReduction {
             tma_store_wait<0>();
         }
         sync();
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dq); i += 2) {
-            *reinterpret_cast<float2 *>(staging + dq_staging_index(i, thread)) = make_float2(acc_dq(i), acc_dq(i + 1));
-        }
-        cutlass::arch::fence_view_async_shared();
+        write_staging(acc_dq, 0);
         sync();
         if (thread == 0) {
             if constexpr (kDeterministic) {
                 *pending = wait_for_dq_turn(params, block, m_block);
                 fence_async_global();
             }
-            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                         :
-                         : "l"(partial), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(staging))),
-                           "r"(uint32_t(Traits::kDqWarpgroupFloats * sizeof(float)))
-                         : "memory");
-            tma_store_arrive();
+            reduce_staged(dst, 0, true);
         }
+    }
+
+    // An add in two steps (two staging buffers, not deterministic): stage() the partial into a
+    // buffer (alternating) right after its GEMM, start_reduction() of it a step later, where it
+    // runs under the next Q block's first GEMMs (bwd_consumer.h). There no thread may branch:
+    // ptxas waits for the wgmmas in flight before a divergent branch, so thread 0's bulk operations
+    // are predicated instead.
+    template <class Acc>
+    __device__ __forceinline__ void stage(Acc const &acc_dq, int buffer) const {
+        static_assert(Traits::kDqStagingBuffers == 2);
+        bulk_wait_read_but_latest_if(thread == 0);  // the reduction before the latest read this buffer
+        sync();
+        write_staging(acc_dq, buffer);
+    }
+    // issue false: the barrier alone (the consumer's first step, which has no staged partial).
+    __device__ __forceinline__ void start_reduction(float *dst, int buffer, bool issue) const {
+        sync();
+        reduce_staged(dst, buffer, thread == 0 && issue);
     }
 
     // Deterministic: once the last add has completed, the next writer of its partial may add. Called
@@ -154,6 +172,32 @@ struct DqReduction {
     // The 128 threads of this warpgroup.
     __device__ __forceinline__ void sync() const {
         cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDqStagingOfWarpgroup0) + warpgroup);
+    }
+
+private:
+    template <class Acc>
+    __device__ __forceinline__ void write_staging(Acc const &acc_dq, int buffer) const {
+        float *buf = staging + buffer * Traits::kDqWarpgroupFloats * Traits::kNumConsumerWarpgroups;
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dq); i += 2) {
+            *reinterpret_cast<float2 *>(buf + dq_staging_index(i, thread)) = make_float2(acc_dq(i), acc_dq(i + 1));
+        }
+        cutlass::arch::fence_view_async_shared();
+    }
+
+    // The bulk reduction of a staged buffer into dst's partial, and its commit, where issue holds
+    // (a predicated instruction, no branch).
+    __device__ __forceinline__ void reduce_staged(float *dst, int buffer, bool issue) const {
+        float *partial = dst + (Traits::kDqSplitColumns ? warpgroup * Traits::kDqWarpgroupFloats : 0);
+        float const *buf = staging + buffer * Traits::kDqWarpgroupFloats * Traits::kNumConsumerWarpgroups;
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
+            "@p cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+            "@p cp.async.bulk.commit_group;\n}"
+            :
+            : "l"(partial), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(buf))),
+              "r"(uint32_t(Traits::kDqWarpgroupFloats * sizeof(float))), "r"(uint32_t(issue))
+            : "memory");
     }
 };
 

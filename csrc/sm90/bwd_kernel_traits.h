@@ -76,6 +76,9 @@ struct BwdKernelTraits {
     // swizzle atoms, so d = 64 instead gives each warpgroup all columns over its own 64 keys, and
     // both partials are added to the accumulator.
     static constexpr bool kDqSplitColumns = sm90_bwd_dq_split_columns(kHeadDim);
+    // d = 64: a Q block's dQ add is deferred until the next block's S^T and dP^T are issued, and
+    // its accumulator kept meanwhile (32 registers); at d >= 128 dK and dV take 128 (bwd_consumer.h).
+    static constexpr bool kDeferDqAdd = !kDqSplitColumns && !kSplitHeadDim;
     static constexpr int kDqKeys = kDqSplitColumns ? kBlockN : 64;  // the K of a warpgroup's dQ GEMM
     static constexpr int kDqThreads = kDqSplitColumns ? kNumConsumerThreads : 128;  // one dQ tiling
     using TiledMmaDQ = decltype(make_tiled_mma(
@@ -115,6 +118,7 @@ struct BwdKernelTraits {
     // for one bulk reduction, or (kSplitHeadDim) added from registers.
     static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / (kDqThreads / 128);
     static constexpr bool kDqStaged = !kSplitHeadDim;
+    static constexpr int kDqStagingBuffers = kDeferDqAdd ? 2 : 1;  // per warpgroup (bwd_dq.h)
 
     struct SharedStorage {
         // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
@@ -123,7 +127,8 @@ struct BwdKernelTraits {
         cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
         cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> d_o;
         cute::array_aligned<Element, cosize_v<SmemLayoutDs>, 1024> ds;
-        cute::array_aligned<float, kDqStaged ? kDqWarpgroupFloats * kNumConsumerWarpgroups : 1, 128> dq;
+        cute::array_aligned<float, kDqStaged ? kDqWarpgroupFloats * kNumConsumerWarpgroups * kDqStagingBuffers : 1, 128>
+            dq;
         cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
         cute::array_aligned<float, kBlockM * kStages, 16> dot_do_o;  // D
         int *dq_pending[kNumConsumerWarpgroups];  // deterministic dQ (bwd_dq.h)
