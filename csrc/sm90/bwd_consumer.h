@@ -136,7 +136,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // kDeferredDqAdd: a Q block's dQ add waits for the next block's S^T and dP^T to be
             // issued, and runs under them (the deterministic turns keep their order).
             constexpr bool kDeferredDqAdd = Traits::kDeferDqAdd && !kDeterministic;
-            const auto dq_of = [&](int m_block) { return dq_accum + int64_t(m_block) * Traits::kBlockM * Traits::kHeadDim; };
+            const auto dq_of = [&](int m_block) {
+                return dq_accum + int64_t(m_block) * Traits::kBlockM * Traits::kHeadDim;
+            };
             for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
                 const int row0 = m_block * Traits::kBlockM;
                 Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -291,7 +293,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                     dq_out.stage(acc_dq, dq_buffer);
                     dq_buffer ^= 1;
                 } else {
-                    dq_out.add(acc_dq, dq_of(m_block), params, block, m_block);
+                    dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim, params, block, m_block);
                 }
                 if (dropout_on && m_block + 1 < m_blocks.end) {
                     write_dropout_bytes(dropout, dropout_bytes(ds_buffer), row0 + Traits::kBlockM, col0 + key0,
