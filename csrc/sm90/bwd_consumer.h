@@ -136,6 +136,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // kDeferredDqAdd: a Q block's dQ add waits for the next block's S^T and dP^T to be
             // issued, and runs under them (the deterministic turns keep their order).
             constexpr bool kDeferredDqAdd = Traits::kDeferDqAdd && !kDeterministic;
+            const auto last_dq_buffer = [&] {
+                return (dq_buffer + Traits::kDqStagingBuffers - 1) % Traits::kDqStagingBuffers;
+            };
             const auto dq_of = [&](int m_block) {
                 return dq_accum + int64_t(m_block) * Traits::kBlockM * Traits::kHeadDim;
             };
@@ -152,7 +155,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 dq_out.release_under_gemms();
                 if constexpr (kDeferredDqAdd) {
                     // The first step has no previous block: the barrier alone, without a branch.
-                    dq_out.start_reduction(dq_of(m_block - 1), dq_buffer ^ 1, m_block > m_blocks.begin);
+                    dq_out.start_reduction(dq_of(m_block - 1), last_dq_buffer(), m_block > m_blocks.begin);
                 }
 
                 // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
@@ -291,7 +294,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 ds_buffer ^= 1;
                 if constexpr (kDeferredDqAdd) {
                     dq_out.stage(acc_dq, dq_buffer);
-                    dq_buffer ^= 1;
+                    dq_buffer = (dq_buffer + 1) % Traits::kDqStagingBuffers;
                 } else {
                     dq_out.add(acc_dq, dq_accum + int64_t(row0) * Traits::kHeadDim, params, block, m_block);
                 }
@@ -304,7 +307,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // tile's.
             cutlass::arch::ClusterBarrier::arrive(&shared.kv_empty);
             if constexpr (kDeferredDqAdd) {
-                dq_out.start_reduction(dq_of(m_blocks.end - 1), dq_buffer ^ 1, true);
+                dq_out.start_reduction(dq_of(m_blocks.end - 1), last_dq_buffer(), true);
             }
             dq_out.release_pending();  // deterministic: the tile's last add
         }

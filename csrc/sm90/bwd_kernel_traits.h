@@ -76,9 +76,9 @@ struct BwdKernelTraits {
     // swizzle atoms, so d = 64 instead gives each warpgroup all columns over its own 64 keys, and
     // both partials are added to the accumulator.
     static constexpr bool kDqSplitColumns = sm90_bwd_dq_split_columns(kHeadDim);
-    // d = 64: a Q block's dQ add is deferred until the next block's S^T and dP^T are issued, and
-    // its accumulator kept meanwhile (32 registers); at d >= 128 dK and dV take 128 (bwd_consumer.h).
-    static constexpr bool kDeferDqAdd = !kDqSplitColumns && !kSplitHeadDim;
+    // A Q block's dQ reduction starts a step later, under the next block's first GEMMs (bwd_dq.h);
+    // d = 256 adds from registers instead.
+    static constexpr bool kDeferDqAdd = !kSplitHeadDim;
     static constexpr int kDqKeys = kDqSplitColumns ? kBlockN : 64;  // the K of a warpgroup's dQ GEMM
     static constexpr int kDqThreads = kDqSplitColumns ? kNumConsumerThreads : 128;  // one dQ tiling
     using TiledMmaDQ = decltype(make_tiled_mma(
@@ -118,7 +118,9 @@ struct BwdKernelTraits {
     // for one bulk reduction, or (kSplitHeadDim) added from registers.
     static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / (kDqThreads / 128);
     static constexpr bool kDqStaged = !kSplitHeadDim;
-    static constexpr int kDqStagingBuffers = kDeferDqAdd ? 2 : 1;  // per warpgroup (bwd_dq.h)
+    // Per warpgroup (bwd_dq.h): two where shared memory has room (d = 64; at d = 128 a second would
+    // pass 227 KB).
+    static constexpr int kDqStagingBuffers = kHeadDim <= 64 ? 2 : 1;
 
     struct SharedStorage {
         // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1024 bytes.
