@@ -155,7 +155,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 dq_out.release_under_gemms();
                 if constexpr (kDeferredDqAdd) {
                     // The first step has no previous block: the barrier alone, without a branch.
-                    dq_out.start_reduction(dq_of(m_block - 1), last_dq_buffer(), m_block > m_blocks.begin);
+                    const bool has_previous = m_block > m_blocks.begin;
+                    dq_out.start_reduction(dq_of(has_previous ? m_block - 1 : m_block), last_dq_buffer(), has_previous);
                 }
 
                 // Line 10: P^T = exp(S^T - L) with the forward's logsumexp (+inf on rows past the
