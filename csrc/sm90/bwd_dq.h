@@ -124,7 +124,8 @@ struct DqReduction {
     template <class Acc>
     __device__ __forceinline__ void stage(Acc const &acc_dq, int buffer) const {
         // The last reduction from this buffer has read it: the one before the latest with two
-        // buffers, the latest (started under this step's first GEMMs) with one.
+        // buffers, the latest (started under this step's first GEMMs, or at the previous tile's
+        // end) with one.
         if constexpr (Traits::kDqStagingBuffers == 2) {
             bulk_wait_read_but_latest_if(thread == 0);
         } else {
