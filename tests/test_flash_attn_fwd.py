@@ -101,8 +101,9 @@ def test_long_causal_forward_matches_reference(dtype, seqlen_q, seqlen_k):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1024, 1024), (700, 1024), (1025, 1025)])
 def test_causal_forward_with_more_tiles_than_sms(head_dim, seqlen_q, seqlen_k):
-    """Causal tiles, several per block of the Hopper family's persistent grid: up to 1024 keys the
-    blocks take them in a fixed stride, from 1025 on from a counter (csrc/sm90/fwd_workspace.h)."""
+    """Causal tiles, several per block of the Hopper family's persistent grid, which the blocks take
+    from a counter (csrc/sm90/tile_queue.h); GQA, more keys than queries, lengths on and off the
+    128-row blocks."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(8, seqlen_q, seqlen_k, 8, 4, head_dim, dtype, seed=seqlen_q + seqlen_k + head_dim)

@@ -133,9 +133,10 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
                                     ctid % 128);
             }
-            // kDeferredDqAdd: a Q block's dQ add waits for the next block's S^T and dP^T to be
-            // issued, and runs under them (the deterministic turns keep their order).
-            constexpr bool kDeferredDqAdd = Traits::kDeferDqAdd && !kDeterministic;
+            // kDeferredDqAdd: a Q block's staged dQ partial is reduced once the next block's S^T and
+            // dP^T are issued, under them (the deterministic turns keep their order; d = 256 adds
+            // from registers).
+            constexpr bool kDeferredDqAdd = Traits::kDqStaged && !kDeterministic;
             const auto last_dq_buffer = [&] {
                 return (dq_buffer + Traits::kDqStagingBuffers - 1) % Traits::kDqStagingBuffers;
             };

@@ -5,7 +5,7 @@
 // bulk reduction (cp.reduce.async.bulk), or (kDqStaged false) added pair by pair from registers.
 // The accumulator keeps that order: Q block i of (batch, head) holds warpgroup 0's partial, then
 // warpgroup 1's, where they split the columns; else both add into the one partial
-// (bwd_kernel_traits.h, kDqSplitColumns). At d = 64 and 128 (kDeferDqAdd) the reduction of a Q
+// (bwd_kernel_traits.h, kDqSplitColumns). At d = 64 and 128 (staged) the reduction of a Q
 // block's partial starts a step later, under the next block's first GEMMs (d = 64 from two staging
 // buffers in turn).
 //
@@ -30,14 +30,14 @@ using namespace cute;
 // Where value i of thread t (of 128 in its warpgroup) lives in a warpgroup's partial.
 __host__ __device__ constexpr int dq_staging_index(int i, int t) { return i / 2 * 256 + 2 * t + i % 2; }
 
-// Where pred holds, waits until the bulk operations of every group of this thread's but its latest
-// (or all of them) have read their sources, as a predicated instruction (no branch).
-__device__ __forceinline__ void bulk_wait_read_but_latest_if(bool pred) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 1;\n}" ::"r"(uint32_t(pred))
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_wait_read_all_if(bool pred) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 0;\n}" ::"r"(uint32_t(pred))
+// Where pred holds, waits until the bulk operations of all but this thread's kPendingGroups latest
+// groups have read their sources (cp.async.bulk.wait_group.read), as a predicated instruction (no
+// branch).
+template <int kPendingGroups>
+__device__ __forceinline__ void bulk_wait_read_if(bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read %1;\n}" ::"r"(
+                     uint32_t(pred)),
+                 "n"(kPendingGroups)
                  : "memory");
 }
 
@@ -116,7 +116,7 @@ struct DqReduction {
         }
     }
 
-    // An add in two steps (kDeferDqAdd, not deterministic): stage() the partial into a buffer
+    // An add in two steps (staged, not deterministic): stage() the partial into a buffer
     // (alternating where there are two) right after its GEMM, start_reduction() of it a step
     // later, where it runs under the next Q block's first GEMMs (bwd_consumer.h). There no thread
     // may branch: ptxas waits for the wgmmas in flight before a divergent branch, so thread 0's
@@ -126,11 +126,7 @@ struct DqReduction {
         // The last reduction from this buffer has read it: the one before the latest with two
         // buffers, the latest (started under this step's first GEMMs, or at the previous tile's
         // end) with one.
-        if constexpr (Traits::kDqStagingBuffers == 2) {
-            bulk_wait_read_but_latest_if(thread == 0);
-        } else {
-            bulk_wait_read_all_if(thread == 0);
-        }
+        bulk_wait_read_if<Traits::kDqStagingBuffers - 1>(thread == 0);
         sync();
         write_staging(acc_dq, buffer);
     }

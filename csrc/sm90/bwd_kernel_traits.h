@@ -76,9 +76,6 @@ struct BwdKernelTraits {
     // swizzle atoms, so d = 64 instead gives each warpgroup all columns over its own 64 keys, and
     // both partials are added to the accumulator.
     static constexpr bool kDqSplitColumns = sm90_bwd_dq_split_columns(kHeadDim);
-    // A Q block's dQ reduction starts a step later, under the next block's first GEMMs (bwd_dq.h);
-    // d = 256 adds from registers instead.
-    static constexpr bool kDeferDqAdd = !kSplitHeadDim;
     static constexpr int kDqKeys = kDqSplitColumns ? kBlockN : 64;  // the K of a warpgroup's dQ GEMM
     static constexpr int kDqThreads = kDqSplitColumns ? kNumConsumerThreads : 128;  // one dQ tiling
     using TiledMmaDQ = decltype(make_tiled_mma(
@@ -115,7 +112,8 @@ struct BwdKernelTraits {
     static constexpr uint32_t kStageBytes = kRowsBytes + kRowStatBytes;
     static constexpr uint32_t kKVBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
     // One warpgroup's dQ partial in fp32, in its register order (bwd_dq.h), staged in shared memory
-    // for one bulk reduction, or (kSplitHeadDim) added from registers.
+    // for one bulk reduction (not deterministic: started a step later, under the next Q block's
+    // first GEMMs), or (kSplitHeadDim) added from registers.
     static constexpr int kDqWarpgroupFloats = kBlockM * kHeadDim / (kDqThreads / 128);
     static constexpr bool kDqStaged = !kSplitHeadDim;
     // Per warpgroup (bwd_dq.h): two where shared memory has room (d = 64; at d = 128 a second would
