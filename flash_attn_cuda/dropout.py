@@ -33,8 +33,42 @@ def philox4x32_10(counter, key):
 
 
 def keep_below(dropout_p):
-    """The 16-bit threshold of csrc/api/options.cpp: round((1 - p) 2^16), at least 1."""
+    """How many of the 2^16 16-bit numbers are kept (csrc/api/options.cpp): round((1 - p) 2^16), at
+    least 1."""
     return min(max(math.floor((1.0 - dropout_p) * 65536.0 + 0.5), 1), 65536)
+
+
+# The 16-bit patterns of float16 numbers below -0 (finite negatives and -inf), and the threshold
+# patterns whose "less than" count is a given n without inverting (csrc/common/dropout.h).
+_BELOW_ZERO = 0x7C00
+
+
+def _threshold_below(n):
+    """The float16 bit pattern t with exactly n patterns x of half(x) < half(t) (NaNs compare false),
+    or None: negative t = -m keeps the 0x7C00 - m patterns below it, positive t = m the 0x7C00 below
+    zero, -0 and the m from +0 up."""
+    if n <= _BELOW_ZERO:
+        return 0x8000 | (_BELOW_ZERO - n)
+    if _BELOW_ZERO + 2 <= n <= 2 * _BELOW_ZERO + 1:
+        return n - _BELOW_ZERO - 1
+    return None
+
+
+def keep_rule(dropout_p):
+    """(threshold, invert) of csrc/api/options.cpp: a 16-bit number u is kept iff
+    (half(u) < half(threshold)) != invert, with half(x) the float16 of bit pattern x; exactly
+    keep_below(p) of the 2^16 numbers are."""
+    n = keep_below(dropout_p)
+    t = _threshold_below(n)
+    return (t, False) if t is not None else (_threshold_below(65536 - n), True)
+
+
+def kept_numbers(numbers, dropout_p):
+    """Which 16-bit numbers (an integer tensor of values in [0, 2^16)) keep_rule keeps."""
+    threshold, invert = keep_rule(dropout_p)
+    half = numbers.to(torch.int32).to(torch.int16).view(torch.float16)
+    t = torch.tensor([threshold], dtype=torch.int32).to(torch.int16).view(torch.float16).to(numbers.device)
+    return (half < t) != invert
 
 
 def dropout_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p, device="cpu"):
@@ -60,7 +94,7 @@ def dropout_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p, dev
     numbers = torch.stack((stacked & 0xFFFF, stacked >> 16), dim=-1)
     # -> (b, h, I, rh, r, C, kh, g, c, e): rows 16 I + 8 rh + r, keys 64 C + 32 kh + 8 g + 2 c + e.
     numbers = numbers.permute(0, 1, 2, 7, 5, 3, 8, 4, 6, 9).reshape(batch, nheads, n_i * 16, n_c * 64)
-    return (numbers < keep_below(dropout_p))[:, :, :seqlen_q, :seqlen_k]
+    return kept_numbers(numbers, dropout_p)[:, :, :seqlen_q, :seqlen_k]
 
 
 def kept_from_probs(s_dmask, seqlen_q, seqlen_k):

@@ -42,6 +42,30 @@ def test_kernel_mask_is_the_philox_mask(head_dim, causal, seqlen_q, seqlen_k):
     assert torch.equal(got[..., seen], expected[..., seen])
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dropout_p", [0.3, 0.01])
+def test_masks_read_through_identity_operands(head_dim, dropout_p):
+    """Every kernel's mask exactly, the Hopper ones' included (they write no probabilities): with V
+    the identity, O = z (Z o P) is zero exactly where the forward dropped, and with dO the identity,
+    dV = z (Z o P)^T exactly where the backward did. p = 0.01 keeps more numbers than a float16
+    threshold can, so the compare's answer is inverted (csrc/common/dropout_threshold.h)."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    batch, n, nheads = 2, head_dim, 3  # as many queries and keys as head_dim: the identities are square
+    q, k, _ = random_qkv(batch, n, n, nheads, nheads, head_dim, dtype, seed=21)
+    eye = torch.eye(n, device="cuda", dtype=dtype).view(1, n, 1, n).expand(batch, n, nheads, n).contiguous()
+    v = eye.clone().requires_grad_()
+    gen = cuda_generator(q.device)
+    seed, offset = gen.initial_seed(), gen.get_offset()
+    out = flash_attn_func(q, k, v, dropout_p=dropout_p)
+    out.backward(eye)
+    expected = dropout_mask(seed, offset, batch, nheads, n, n, dropout_p, device="cuda")
+    assert 0 < expected.float().mean().item() < 1
+    # out[b, i, h, j] = z Z_ij P_ij, v.grad[b, j, h, i] = z Z_ij P_ij, against expected[b, h, i, j]
+    assert torch.equal(out.permute(0, 2, 1, 3) != 0, expected)
+    assert torch.equal(v.grad.permute(0, 2, 3, 1) != 0, expected)
+
+
 def check_against_reference(q, k, v, dout, dropout_p, causal=False, window_size=(-1, -1), softcap=0.0,
                             alibi_slopes=None):
     """Forward and backward with dropout (no return_attn_probs, which the Hopper family leaves to the

@@ -5,7 +5,7 @@ layout rules (CPU)."""
 import pytest
 import torch
 
-from flash_attn_cuda.dropout import dropout_mask, keep_below, philox4x32_10
+from flash_attn_cuda.dropout import dropout_mask, keep_below, keep_rule, philox4x32_10
 from flash_attn_cuda.reference import attention_ref
 
 # Random123's known-answer vectors for philox4x32_10: (counter, key, output).
@@ -43,6 +43,19 @@ def test_mask_is_a_function_of_position_not_of_shape():
 
 def test_keep_threshold():
     assert keep_below(0.0) == 65536 and keep_below(0.5) == 32768 and keep_below(1 - 1e-9) == 1
+
+
+def test_keep_rule_keeps_exactly_keep_below_numbers():
+    """For every count n of kept numbers (every p the 16 bits resolve), the float16 compare of
+    keep_rule keeps exactly n of the 2^16 numbers: the kept fraction is round((1 - p) 2^16) / 2^16,
+    not quantized further by the compare."""
+    halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    for n in range(1, 65537):
+        threshold, invert = keep_rule(1 - n / 65536)
+        assert keep_below(1 - n / 65536) == n
+        t = torch.tensor([threshold], dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+        below = int((halves < t).sum())
+        assert (65536 - below if invert else below) == n, (n, threshold, invert)
 
 
 def test_reference_with_dropout_scales_kept_probabilities():

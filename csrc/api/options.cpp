@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "common/dropout_threshold.h"
+
 namespace {
 
 std::string saved_key(int index) { return "option" + std::to_string(index); }
@@ -90,9 +92,11 @@ void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q)
     params.softmax_scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
     TORCH_CHECK_VALUE(dropout_p >= 0 && dropout_p < 1, "dropout_p must be in [0, 1), got ", dropout_p);
     params.p_dropout = static_cast<float>(dropout_p);
-    // 16-bit numbers below round((1 - p) 2^16) are kept: at least one value, so that 1 / (1 - p) stays finite.
-    params.dropout_keep_below =
-        static_cast<uint32_t>(std::clamp<int64_t>(std::llround((1.0 - dropout_p) * 65536.0), 1, 65536));
+    // round((1 - p) 2^16) of the 2^16 16-bit numbers are kept: at least one, so that 1 / (1 - p) stays finite.
+    const auto keep = flash::dropout_threshold(
+        static_cast<uint32_t>(std::clamp<int64_t>(std::llround((1.0 - dropout_p) * 65536.0), 1, 65536)));
+    params.dropout_keep_threshold = keep.threshold * 0x10001u;
+    params.dropout_keep_invert = keep.invert ? 0xFFFFFFFFu : 0u;
     params.dropout_scale = static_cast<float>(1.0 / (1.0 - dropout_p));
     params.return_softmax = return_softmax && dropout_p > 0;
 }

@@ -11,6 +11,8 @@
 // ((b nheads + h) 2^26 + I) in the high 64 bits, its key the seed. A forward over keys < seqlen_k
 // uses the low words [offset / 4, offset / 4 + 128 ceil(seqlen_k / 64)), so it reserves
 // 512 ceil(seqlen_k / 64) of torch's Philox offset (which counts 32-bit draws, 4 per counter).
+// Number k is the low (k even) or high half of word k / 2 (x, y, z, w); which numbers are kept:
+// common/dropout_threshold.h, two per packed float16 compare.
 #pragma once
 
 #include <cstdint>
@@ -24,15 +26,14 @@ struct DropoutRng {
     uint32_t key0, key1;
     uint64_t counter_base;  // offset / 4
     uint64_t sequence;      // (b nheads + h) 2^26
-    // An entry is kept iff its 16-bit number is below params.dropout_keep_below (1..2^16), i.e. iff
-    // the number, placed in the top half of a word, is at most this (one compare, no masking).
-    uint32_t keep_top_max;
+    uint32_t keep_threshold;  // params.dropout_keep_threshold: the float16 threshold in both halves
+    uint32_t keep_invert;     // params.dropout_keep_invert: 0 or all ones
 
     // seed and offset as the forward drew them (dropout_seed_offset).
     __device__ DropoutRng(const Flash_fwd_params &params, uint64_t seed, uint64_t offset, int bidb, int bidh)
         : key0(uint32_t(seed)), key1(uint32_t(seed >> 32)), counter_base(offset / 4),
-          sequence((uint64_t(bidb) * params.num_heads + bidh) << 26),
-          keep_top_max(uint32_t((uint64_t(params.dropout_keep_below) << 16) - 1)) {}
+          sequence((uint64_t(bidb) * params.num_heads + bidh) << 26), keep_threshold(params.dropout_keep_threshold),
+          keep_invert(params.dropout_keep_invert) {}
 
     // The 8 numbers of the call whose first entry is (row, col): row % 16 < 8, col % 64 < 32, even col.
     __device__ PhiloxBits bits(int row, int col) const { return bits_at(counter_low(row, col), counter_high(row)); }
@@ -46,10 +47,19 @@ struct DropoutRng {
         return philox4x32_10({uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}, key0, key1);
     }
 
+    // 0xFFFF in each half of word whose number's float16 is below the threshold: the kept halves
+    // where keep_invert is 0, the dropped ones where it is all ones (the caller flips them, where it
+    // costs nothing: in the instruction that applies the mask, or once per packed word).
+    __device__ uint32_t below_threshold(uint32_t word) const {
+        uint32_t below;
+        asm("set.lt.u32.f16x2 %0, %1, %2;" : "=r"(below) : "r"(word), "r"(keep_threshold));
+        return below;
+    }
+
     // Whether entry k of a call is kept.
     __device__ bool kept(const PhiloxBits &b, int k) const {
         const uint32_t word = k < 2 ? b.x : k < 4 ? b.y : k < 6 ? b.z : b.w;
-        return ((k & 1) ? word : word << 16) <= keep_top_max;
+        return ((below_threshold(word) ^ keep_invert) >> (16 * (k & 1))) & 1u;
     }
 };
 

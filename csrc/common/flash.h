@@ -62,10 +62,13 @@ struct Flash_fwd_params {
     float softmax_scale_log2;
 
     // Dropout with probability p_dropout (0: off) on the normalized P (common/dropout.h): an entry
-    // is kept iff its 16-bit random number is below dropout_keep_below (round((1 - p) 2^16)), kept
-    // ones scaled by dropout_scale = 1 / (1 - p).
+    // is kept iff the float16 of its 16-bit random number's bits is below the float16 threshold (in
+    // both halves of dropout_keep_threshold), the answer flipped where dropout_keep_invert is all
+    // ones (common/dropout_threshold.h: round((1 - p) 2^16) of the 2^16 numbers are kept); kept ones
+    // are scaled by dropout_scale = 1 / (1 - p).
     float p_dropout;
-    uint32_t dropout_keep_below;
+    uint32_t dropout_keep_threshold;
+    uint32_t dropout_keep_invert;
     float dropout_scale;
     PhiloxSeed philox;
     // The forward writes the (seed, offset) it used here (int64 x 2), for the backward.

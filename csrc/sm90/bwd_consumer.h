@@ -183,21 +183,21 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
                 // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
                 // (common/score_mod.h), for which t must live until dP^T is in.
-                DropoutKeep keep{};
-                const auto drop_dp = [&] {
+                const auto read_keep = [&] {
                     dropout_bytes_sync();
-                    keep = read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_dp); ++i) {
-                        acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
-                    }
+                    return read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
                 };
                 if (kVariants && score_mod.softcapped()) {
                     warpgroup_wait<0>();
                     warpgroup_fence_operand(acc_s);
                     warpgroup_fence_operand(acc_dp);
+                    DropoutKeep keep{};
                     if (dropout_on) {
-                        drop_dp();
+                        keep = read_keep();
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_dp); ++i) {
+                            acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                        }
                     }
                     CUTE_UNROLL
                     for (int i = 0; i < size(acc_s); ++i) {
@@ -211,6 +211,12 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                     for (int i = 0; i < size(acc_dp); ++i) {
                         acc_dp(i) *= acc_s(i);
                     }
+                    if (dropout_on) {
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_s); ++i) {
+                            acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
+                        }
+                    }
                 } else {
                     warpgroup_wait<1>();
                     warpgroup_fence_operand(acc_s);
@@ -219,21 +225,24 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                     }
                     p_from_scores(kVariants ? score_mod.score_scale_log2 : params.softmax_scale_log2);
 
-                    // Line 13: dS^T = P^T o (dP^T - D).
+                    // Line 13: dS^T = P^T o (dP^T - D); with dropout, one test of an entry's keep bit
+                    // serves both dP^T and P^T.
                     warpgroup_wait<0>();
                     warpgroup_fence_operand(acc_dp);
                     if (dropout_on) {
-                        drop_dp();
-                    }
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_dp); ++i) {
-                        acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
-                    }
-                }
-                if (dropout_on) {
-                    CUTE_UNROLL
-                    for (int i = 0; i < size(acc_s); ++i) {
-                        acc_s(i) = keep.kept(i) ? acc_s(i) : 0.f;
+                        const DropoutKeep keep = read_keep();
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_dp); ++i) {
+                            const bool kept = keep.kept(i);
+                            const float dp = kept ? acc_dp(i) * params.dropout_scale : 0.f;
+                            acc_dp(i) = acc_s(i) * (dp - dot_do_o[get<1>(tScS(i))]);
+                            acc_s(i) = kept ? acc_s(i) : 0.f;
+                        }
+                    } else {
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_dp); ++i) {
+                            acc_dp(i) = acc_s(i) * (acc_dp(i) - dot_do_o[get<1>(tScS(i))]);
+                        }
                     }
                 }
                 Tensor p = make_tensor<Element>(acc_s.layout());

@@ -28,7 +28,13 @@ struct DropoutKeep {
     uint32_t half[2];
 
     // Entry i of the thread's m64n64 accumulator fragment (e + 2 h + 4 j).
-    __device__ bool kept(int i) const { return (half[(i >> 1) & 1] >> (8 * (i & 1) + (i >> 2))) & 1u; }
+    // The AND in PTX: the front end would turn it into a shift, an AND and a compare per entry, where
+    // ptxas makes one LOP3 with a predicate out of it.
+    __device__ bool kept(int i) const {
+        uint32_t bit;
+        asm("and.b32 %0, %1, %2;" : "=r"(bit) : "r"(half[(i >> 1) & 1]), "r"(1u << (8 * (i & 1) + (i >> 2))));
+        return bit != 0u;
+    }
 };
 
 // Makes this thread's 4 calls of the tile at (row0, key0) (row0 and key0 multiples of 64) and
@@ -37,18 +43,24 @@ __device__ __forceinline__ void write_dropout_bytes(const DropoutRng &rng, uint8
                                                     int thread) {
     const int r = thread >> 4, key = 8 * ((thread >> 2) & 3) + 2 * (thread & 3);
     const uint64_t low = rng.counter_low(row0 + r, key0 + key);
-    uint32_t byte[4] = {0, 0, 0, 0};  // keys key, key + 1, key + 32, key + 33
+    // Per key half, the bytes of keys (key, key + 1) (+ 32 in the second half) in the low bits of
+    // the word's two halves, as a call's word holds the numbers of those two keys: each word's packed
+    // compare adds its two bits with one AND-OR, and keep_invert is applied once at the end.
+    uint32_t byte_pairs[2] = {0, 0};
     CUTE_UNROLL
     for (int block = 0; block < 4; ++block) {
         const PhiloxBits bits = rng.bits_at(low, rng.counter_high(row0 + 16 * block + r));
+        const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};  // word 2 (query half) + (key half)
         CUTE_UNROLL
-        for (int k = 0; k < 8; ++k) {  // k = 4 (query half) + 2 (key half) + e
-            byte[(k & 1) + 2 * ((k >> 1) & 1)] |= uint32_t(rng.kept(bits, k)) << (2 * block + (k >> 2));
+        for (int w = 0; w < 4; ++w) {
+            byte_pairs[w & 1] |= rng.below_threshold(words[w]) & (0x00010001u << (2 * block + (w >> 1)));
         }
     }
     CUTE_UNROLL
-    for (int b = 0; b < 4; ++b) {
-        bytes[(key + (b & 1) + 32 * (b >> 1)) * 8 + r] = uint8_t(byte[b]);
+    for (int half = 0; half < 2; ++half) {
+        const uint32_t pair = byte_pairs[half] ^ (rng.keep_invert & 0x00FF00FFu);
+        bytes[(key + 32 * half) * 8 + r] = uint8_t(pair);
+        bytes[(key + 1 + 32 * half) * 8 + r] = uint8_t(pair >> 16);
     }
 }
 

@@ -120,6 +120,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // moved any row's max (the lazy max of common/softmax.h: mostly not, past the first blocks).
         Tensor rescale = make_tensor<float>(Shape<Int<kRows>, _1>{});
         bool o_rescaled = false;
+        // Dropout's masks of the last softmax step, applied to P~ once it is converted.
+        DropoutHalves<decltype(size(acc_s))::value / 2> dropout_halves_of_p;
 
         pipeline_q.consumer_wait(q_state);
         Tensor tSrQ_tile = tSrQ(_, _, _, q_state.index());
@@ -127,8 +129,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // The lambdas are forced inline (as are all device functions here): a call between a
         // wgmma's issue and its wait makes ptxas wait for the wgmma before the call.
 
-        // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m) (then dropout, which acts on the
-        // normalized P: the row sums are of P~ before it).
+        // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m), and dropout's masks (dropout acts
+        // on the normalized P: the row sums are of P~ before it).
         auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
             if constexpr (kScoreMod) {
                 score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
@@ -140,7 +142,14 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             o_rescaled = softmax.template update</*kLazyMax=*/true>(
                 acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
             if constexpr (kDropout) {
-                apply_dropout(dropout, acc_s, tScS, row0, n_block * Traits::kBlockN);
+                dropout_halves_of_p = dropout_halves(dropout, tScS, row0, n_block * Traits::kBlockN);
+            }
+        };
+        // P~ in 16 bits for O += P V, with dropout's zeros.
+        auto convert_p = [&]() __attribute__((always_inline)) {
+            convert(acc_s, p);
+            if constexpr (kDropout) {
+                apply_dropout(dropout, dropout_halves_of_p, p);
             }
         };
 
@@ -180,7 +189,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_fence_operand(p);
             pipeline_v.consumer_release(v_state);
             ++v_state;
-            convert(acc_s, p);
+            convert_p();
         };
 
         int n_block = n_blocks.end - 1;
@@ -200,7 +209,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             } else {
                 softmax_step(n_block, cute::false_type{});
             }
-            convert(acc_s, p);
+            convert_p();
 
             for (--n_block; n_block >= n_blocks.begin;) {
                 for (; n_block >= n_blocks.begin && needs_mask(n_block); --n_block) {
