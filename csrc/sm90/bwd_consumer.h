@@ -234,8 +234,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                         CUTE_UNROLL
                         for (int i = 0; i < size(acc_dp); ++i) {
                             const bool kept = keep.kept(i);
-                            const float dp = kept ? acc_dp(i) * params.dropout_scale : 0.f;
-                            acc_dp(i) = acc_s(i) * (dp - dot_do_o[get<1>(tScS(i))]);
+                            const float dp = kept ? acc_dp(i) : 0.f;
+                            acc_dp(i) = acc_s(i) * fmaf(dp, params.dropout_scale, -dot_do_o[get<1>(tScS(i))]);
                             acc_s(i) = kept ? acc_s(i) : 0.f;
                         }
                     } else {
