@@ -32,14 +32,13 @@ def philox4x32_10(counter, key):
     return c0, c1, c2, c3
 
 
-def keep_below(dropout_p):
+def keep_count(dropout_p):
     """How many of the 2^16 16-bit numbers are kept (csrc/api/options.cpp): round((1 - p) 2^16), at
     least 1."""
     return min(max(math.floor((1.0 - dropout_p) * 65536.0 + 0.5), 1), 65536)
 
 
-# The 16-bit patterns of float16 numbers below -0 (finite negatives and -inf), and the threshold
-# patterns whose "less than" count is a given n without inverting (csrc/common/dropout.h).
+# The float16 bit patterns below -0: the finite negatives and -inf (csrc/common/dropout_threshold.h).
 _BELOW_ZERO = 0x7C00
 
 
@@ -57,8 +56,8 @@ def _threshold_below(n):
 def keep_rule(dropout_p):
     """(threshold, invert) of csrc/api/options.cpp: a 16-bit number u is kept iff
     (half(u) < half(threshold)) != invert, with half(x) the float16 of bit pattern x; exactly
-    keep_below(p) of the 2^16 numbers are."""
-    n = keep_below(dropout_p)
+    keep_count(p) of the 2^16 numbers are."""
+    n = keep_count(dropout_p)
     t = _threshold_below(n)
     return (t, False) if t is not None else (_threshold_below(65536 - n), True)
 

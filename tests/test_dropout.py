@@ -43,12 +43,14 @@ def test_kernel_mask_is_the_philox_mask(head_dim, causal, seqlen_q, seqlen_k):
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("dropout_p", [0.3, 0.01])
+@pytest.mark.parametrize("dropout_p", [0.3, 0.01, 0.5, 1 - 0x7C00 / 65536])
 def test_masks_read_through_identity_operands(head_dim, dropout_p):
     """Every kernel's mask exactly, the Hopper ones' included (they write no probabilities): with V
     the identity, O = z (Z o P) is zero exactly where the forward dropped, and with dO the identity,
-    dV = z (Z o P)^T exactly where the backward did. p = 0.01 keeps more numbers than a float16
-    threshold can, so the compare's answer is inverted (csrc/common/dropout_threshold.h)."""
+    dV = z (Z o P)^T exactly where the backward did. csrc/common/dropout_threshold.h's cases: p = 0.01
+    keeps more numbers than a float16 threshold can, so the compare's answer is inverted; p = 0.5
+    compares with a subnormal threshold and 1 - 0x7C00 / 2^16 with -0 (a compare that flushed
+    subnormals to zero, or told -0 from +0, would differ there)."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
     batch, n, nheads = 2, head_dim, 3  # as many queries and keys as head_dim: the identities are square

@@ -5,7 +5,8 @@ layout rules (CPU)."""
 import pytest
 import torch
 
-from flash_attn_cuda.dropout import dropout_mask, keep_below, keep_rule, philox4x32_10
+from flash_attn_cuda import _extension
+from flash_attn_cuda.dropout import dropout_mask, keep_count, keep_rule, philox4x32_10
 from flash_attn_cuda.reference import attention_ref
 
 # Random123's known-answer vectors for philox4x32_10: (counter, key, output).
@@ -42,20 +43,33 @@ def test_mask_is_a_function_of_position_not_of_shape():
 
 
 def test_keep_threshold():
-    assert keep_below(0.0) == 65536 and keep_below(0.5) == 32768 and keep_below(1 - 1e-9) == 1
+    assert keep_count(0.0) == 65536 and keep_count(0.5) == 32768 and keep_count(1 - 1e-9) == 1
 
 
-def test_keep_rule_keeps_exactly_keep_below_numbers():
+def test_keep_rule_keeps_exactly_keep_count_numbers():
     """For every count n of kept numbers (every p the 16 bits resolve), the float16 compare of
     keep_rule keeps exactly n of the 2^16 numbers: the kept fraction is round((1 - p) 2^16) / 2^16,
     not quantized further by the compare."""
     halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
     for n in range(1, 65537):
         threshold, invert = keep_rule(1 - n / 65536)
-        assert keep_below(1 - n / 65536) == n
+        assert keep_count(1 - n / 65536) == n
         t = torch.tensor([threshold], dtype=torch.int32).to(torch.int16).view(torch.float16).float()
         below = int((halves < t).sum())
         assert (65536 - below if invert else below) == n, (n, threshold, invert)
+
+
+@pytest.mark.skipif(not _extension.is_built(), reason="the extension is not built")
+def test_kernels_keep_rule_is_the_oracles():
+    """The (threshold, invert) that csrc/api/options.cpp hands the kernels, for every count of kept
+    numbers, is the one the plain-torch mask uses; counts outside [1, 2^16] raise."""
+    ext = _extension.load()
+    for n in range(1, 65537):
+        threshold, invert = keep_rule(1 - n / 65536)
+        assert tuple(ext.dropout_threshold(n)) == (threshold, invert), n
+    for bad in (0, 65537):
+        with pytest.raises(ValueError):
+            ext.dropout_threshold(bad)
 
 
 def test_reference_with_dropout_scales_kept_probabilities():

@@ -1,5 +1,6 @@
-// The pybind11 module flash_attn_cuda._C: what was built, the sm80 dispatch tables, and which family
-// serves a forward (the ops themselves are torch.ops.flash_attn_cuda, torch_ops.cpp).
+// The pybind11 module flash_attn_cuda._C: what was built, the sm80 dispatch tables, which family
+// serves a forward, and dropout's keep rule (the ops themselves are torch.ops.flash_attn_cuda,
+// torch_ops.cpp).
 #include <torch/extension.h>
 
 #include <iterator>
@@ -10,6 +11,7 @@
 #include "api/attention.h"
 #include "api/checks.h"
 #include "api/families.h"
+#include "common/dropout_threshold.h"
 #include "sm80/bwd_tile_config.h"
 #include "sm80/family.h"
 #include "sm80/fwd_tile_config.h"
@@ -72,6 +74,13 @@ std::string family_of_fwd(const at::Tensor &q, const at::Tensor &k, const at::Te
                                            dropout_p, return_softmax});
 }
 
+// The (float16 threshold, invert) with which the kernels keep keep_count of the 2^16 dropout numbers.
+std::pair<uint32_t, bool> dropout_threshold_of(int64_t keep_count) {
+    TORCH_CHECK_VALUE(keep_count >= 1 && keep_count <= 65536, "keep_count must be in [1, 65536], got ", keep_count);
+    const auto rule = flash::dropout_threshold(static_cast<uint32_t>(keep_count));
+    return {rule.threshold, rule.invert};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -89,4 +98,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
           py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("softmax_scale"), py::arg("causal"),
           py::arg("dropout_p") = 0.0, py::arg("return_softmax") = false);
+    m.def("dropout_threshold", &dropout_threshold_of,
+          "(float16 threshold bits, invert) of dropout's keep rule for keep_count of the 2^16 numbers",
+          py::arg("keep_count"));
 }

@@ -20,7 +20,8 @@ struct DropoutThreshold {
 inline constexpr uint32_t kHalfPatternsBelowZero = 0x7C00;
 
 // The pattern t with exactly n patterns x of half(x) < half(t), where one exists: -m has the
-// 0x7C00 - m patterns of larger magnitude below it; +m (m >= 1) has those 0x7C00, -0, and +0 up to m.
+// 0x7C00 - m patterns of larger magnitude below it; +m (m >= 1) has those 0x7C00, -0, and the m
+// patterns +0 .. m - 1.
 constexpr bool half_threshold_below(uint32_t n, uint32_t &t) {
     if (n <= kHalfPatternsBelowZero) {
         t = 0x8000u | (kHalfPatternsBelowZero - n);
@@ -33,15 +34,16 @@ constexpr bool half_threshold_below(uint32_t n, uint32_t &t) {
     return false;
 }
 
-// keep_count in [1, 2^16]: the counts no threshold gives (0x7C01, and above 0x7C00 + 0x7C01, where
-// the 2046 NaN patterns would have to be kept) are the complements of counts one does.
+// keep_count in [1, 2^16] (the caller checks): the counts no threshold gives (0x7C01, and above
+// 0x7C00 + 0x7C01, where the 2046 NaN patterns would have to be kept) are the complements of counts
+// one does.
 constexpr DropoutThreshold dropout_threshold(uint32_t keep_count) {
     uint32_t t = 0;
-    if (half_threshold_below(keep_count, t)) {
-        return {t, false};
+    const bool direct = half_threshold_below(keep_count, t);
+    if (!direct) {
+        half_threshold_below(65536u - keep_count, t);
     }
-    half_threshold_below(65536u - keep_count, t);
-    return {t, true};
+    return {t, !direct};
 }
 
 }  // namespace flash

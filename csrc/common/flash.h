@@ -61,11 +61,9 @@ struct Flash_fwd_params {
     // softmax_scale * log2(e): the kernels exponentiate with exp2.
     float softmax_scale_log2;
 
-    // Dropout with probability p_dropout (0: off) on the normalized P (common/dropout.h): an entry
-    // is kept iff the float16 of its 16-bit random number's bits is below the float16 threshold (in
-    // both halves of dropout_keep_threshold), the answer flipped where dropout_keep_invert is all
-    // ones (common/dropout_threshold.h: round((1 - p) 2^16) of the 2^16 numbers are kept); kept ones
-    // are scaled by dropout_scale = 1 / (1 - p).
+    // Dropout with probability p_dropout (0: off) on the normalized P (common/dropout.h), kept
+    // entries scaled by dropout_scale = 1 / (1 - p). Which are kept: common/dropout_threshold.h, its
+    // float16 threshold in both halves of dropout_keep_threshold, its invert as 0 or all ones.
     float p_dropout;
     uint32_t dropout_keep_threshold;
     uint32_t dropout_keep_invert;

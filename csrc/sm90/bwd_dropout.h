@@ -58,7 +58,7 @@ __device__ __forceinline__ void write_dropout_bytes(const DropoutRng &rng, uint8
     }
     CUTE_UNROLL
     for (int half = 0; half < 2; ++half) {
-        const uint32_t pair = byte_pairs[half] ^ (rng.keep_invert & 0x00FF00FFu);
+        const uint32_t pair = byte_pairs[half] ^ rng.keep_invert;  // the byte stores keep bits 0-7 and 16-23
         bytes[(key + 32 * half) * 8 + r] = uint8_t(pair);
         bytes[(key + 1 + 32 * half) * 8 + r] = uint8_t(pair >> 16);
     }
