@@ -228,7 +228,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             }
         }
         // Line 11: P = exp(S - L); line 14: dS = P o (dP - D).
-        const bool masked = mask.needed(row0, col0, kBlockM, kBlockN);
+        const auto edges = mask.edges(row0, col0, kBlockM, kBlockN);
+        const bool masked = edges.any();
         Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
         Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
         if (score_mod.softcapped()) {
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             // ALiBi alone adds its bias to S (in S's units) and leaves dS as it is.
             score_mod.apply(acc_s, tScS, row0, col0);
             if (masked) {
-                mask.apply(acc_s, tScS, row0, col0);
+                mask.apply(acc_s, tScS, row0, col0, edges);
             }
             CUTE_UNROLL
             for (int r = 0; r < kRows; ++r) {

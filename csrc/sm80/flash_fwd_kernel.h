@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
             }
         }
         if constexpr (decltype(masked)::value) {
-            mask.apply(acc_s, tScS, row0, col0);
+            mask.apply(acc_s, tScS, row0, col0, mask.edges(row0, col0, kBlockM, kBlockN));
         }
 
         cp_async_wait<0>();

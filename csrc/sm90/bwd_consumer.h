@@ -166,13 +166,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 float const *lse_log2 = shared.lse_log2.data() + q_state.index() * Traits::kBlockM;
                 float const *dot_do_o = shared.dot_do_o.data() + do_state.index() * Traits::kBlockM;
                 const auto p_from_scores = [&](float scale_log2) {
-                    if (block.mask.needed(row0, col0, Traits::kBlockM, Traits::kBlockN)) {
-                        CUTE_UNROLL
-                        for (int i = 0; i < size(acc_s); ++i) {
-                            if (!block.mask.visible(row0 + get<1>(tScS(i)), col0 + get<0>(tScS(i)))) {
-                                acc_s(i) = -INFINITY;
-                            }
-                        }
+                    const auto edges = block.mask.edges(row0, col0, Traits::kBlockM, Traits::kBlockN);
+                    if (edges.any()) {
+                        block.mask.template apply</*kTransposed=*/true>(acc_s, tScS, row0, col0, edges);
                     }
                     CUTE_UNROLL
                     for (int i = 0; i < size(acc_s); ++i) {

@@ -136,7 +136,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
             if constexpr (decltype(masked)::value) {
-                mask.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
+                const int col0 = n_block * Traits::kBlockN;
+                mask.apply(acc_s, tScS, row0, col0, mask.edges(row0 + 64 * (ctid / 128), col0, 64, Traits::kBlockN));
             }
             fill(rescale, 1.f);
             o_rescaled = softmax.template update</*kLazyMax=*/true>(
