@@ -63,28 +63,25 @@ struct Mask {
         const auto col_of = [&](int i) { return kTransposed ? get<0>(coord(i)) : get<1>(coord(i)); };
         const auto key_step = [&](int i) { return col_of(i) - col_of(0); };
         const auto offset_step = [&](int i) { return key_step(i) - (row_of(i) - row_of(0)); };
+        const auto mask_where = [&](auto masked) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_s); ++i) {
+                acc_s(i) = masked(i) ? -INFINITY : acc_s(i);
+            }
+        };
         const int col_first = col0 + col_of(0);
         const int offset_first = col_first - (row0 + row_of(0)) - causal_shift;
         if (edges.keys_end) {
             const int keys_left = seqlen_k - col_first;
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc_s); ++i) {
-                acc_s(i) = key_step(i) >= keys_left ? -INFINITY : acc_s(i);
-            }
+            mask_where([&](int i) { return key_step(i) >= keys_left; });
         }
         if (edges.right) {
             const int room = right() - offset_first;
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc_s); ++i) {
-                acc_s(i) = offset_step(i) > room ? -INFINITY : acc_s(i);
-            }
+            mask_where([&](int i) { return offset_step(i) > room; });
         }
         if (edges.left) {
             const int room = -left() - offset_first;
-            CUTE_UNROLL
-            for (int i = 0; i < size(acc_s); ++i) {
-                acc_s(i) = offset_step(i) < room ? -INFINITY : acc_s(i);
-            }
+            mask_where([&](int i) { return offset_step(i) < room; });
         }
     }
 };

@@ -137,6 +137,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             }
             if constexpr (decltype(masked)::value) {
                 const int col0 = n_block * Traits::kBlockN;
+                // The edges of this warpgroup's 64 rows, which may miss some that cut the tile.
                 mask.apply(acc_s, tScS, row0, col0, mask.edges(row0 + 64 * (ctid / 128), col0, 64, Traits::kBlockN));
             }
             fill(rescale, 1.f);
