@@ -31,8 +31,8 @@ def assert_numerics_rule(out, q, k, v, causal, softmax_scale=None):
     assert_within_rule("out", out, out_ref, out_pt)
 
 
-def assert_lse_close(lse, q, k, causal, softmax_scale=None):
-    _, lse_ref = attention_ref(q, k, k, causal=causal, softmax_scale=softmax_scale)
+def assert_lse_close(lse, q, k, causal, softmax_scale=None, window_size=(-1, -1)):
+    _, lse_ref = attention_ref(q, k, k, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
     masked = torch.isinf(lse_ref)
     assert torch.equal(torch.isinf(lse), masked)
     # lse is an fp32 sum of exps of fp32 scores from low-precision q, k: its error is that of fp32
@@ -86,8 +86,8 @@ def test_non_causal_forward_on_either_tile_height_matches_reference(seqlen_q):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(2049, 2049), (2100, 3001), (8200, 8200), (8300, 9001), (9001, 8300)])
 def test_long_causal_forward_matches_reference(dtype, seqlen_q, seqlen_k):
-    """From 2k query rows on, causal problems at d=64 take the Hopper family's 192-row tiles
-    (csrc/sm90/fwd_tile_config.h); lengths that are multiples of neither 192 nor 128, rows that see
+    """From 2k query rows on, causal problems at d=64 take the Hopper family's 192-row tiles however
+    few (csrc/sm90/fwd_tile_config.h); lengths that are multiples of neither 192 nor 128, rows that see
     no key (seqlen_q > seqlen_k)."""
     head_dim = 64
     skip_unbuilt(head_dim, dtype)
@@ -98,12 +98,32 @@ def test_long_causal_forward_matches_reference(dtype, seqlen_q, seqlen_k):
     assert_lse_close(lse, q, k, causal=True)
 
 
+@pytest.mark.parametrize("causal,window_size", [(True, (-1, -1)), (True, (300, 0)), (False, (100, 50)),
+                                                (False, (256, 256)), (False, (-1, 90)), (False, (400, -1))])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(2000, 2000), (1100, 1300), (576, 700)])
+def test_tall_tiles_visit_each_warpgroups_own_blocks(causal, window_size, seqlen_q, seqlen_k):
+    """On d=64's 192-row tiles (64 sequences: enough of them) each consumer warpgroup of the Hopper
+    forward visits only the KV blocks its own 64 rows see and passes the tile's others
+    (csrc/sm90/fwd_consumer.h): the causal diagonal and the windows give the three warpgroups
+    different ranges, and the last tiles of 2000 and 1100 rows hold a warpgroup with few or no rows
+    in the sequence."""
+    dtype, head_dim = torch.bfloat16, 64
+    skip_unbuilt(head_dim, dtype)
+    q, k, v = random_qkv(4, seqlen_q, seqlen_k, 16, 8, head_dim, dtype, seed=seqlen_q + sum(window_size))
+    poison_allocator()
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window_size, return_attn_probs=True)
+    out_ref, _ = attention_ref(q, k, v, causal=causal, window_size=window_size)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, window_size=window_size, upcast=False)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_close(lse, q, k, causal, window_size=window_size)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1024, 1024), (700, 1024), (1025, 1025)])
 def test_causal_forward_with_more_tiles_than_sms(head_dim, seqlen_q, seqlen_k):
     """Causal tiles, several per block of the Hopper family's persistent grid, which the blocks take
-    from a counter (csrc/sm90/tile_queue.h); GQA, more keys than queries, lengths on and off the
-    128-row blocks."""
+    from a counter (csrc/sm90/tile_queue.h), on 192-row tiles at d=64; GQA, more keys than queries,
+    lengths on and off the 128-row blocks."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(8, seqlen_q, seqlen_k, 8, 4, head_dim, dtype, seed=seqlen_q + seqlen_k + head_dim)

@@ -125,7 +125,7 @@ def test_softcap_and_alibi_match_reference(dtype, head_dim, causal, seqlen_q, se
 @pytest.mark.parametrize("mod", [{"softcap": 10.0}, {"alibi": "batch"}, {"softcap": 4.0, "alibi": "head"}])
 def test_score_mods_on_tall_tiles_match_reference(causal, seqlen_q, seqlen_k, mod):
     """At d=64 the Hopper forward runs softcap and ALiBi on its 192-row tiles where they pay:
-    non-causal with enough tiles (64 sequences of 576 rows here), causal from 2k rows
+    non-causal with enough tiles (64 sequences of 576 rows here), causal from 2k rows however few
     (csrc/sm90/fwd_tile_config.h); a window on the causal problem."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)

@@ -4,7 +4,9 @@
 //                                    computed on the GPU; d: that head dim alone
 //   check_fwd bench [seqlen [rows]]  TFLOPs/s on the paper's grid (bf16, hidden 2048, 16k tokens);
 //                                    seqlen: that column alone (for ncu); rows: that many query
-//                                    rows per sequence against seqlen keys (non-causal only)
+//                                    rows per sequence against seqlen keys (non-causal only);
+//                                    BENCH_WINDOW=left,right: with that window (the causal rows
+//                                    take its left side), times alone being comparable
 //
 // Head dims and dtypes: those built in (-DWITH_HDIM_<d>, -DWITH_DTYPE_BF16 / _FP16; one object per
 // instance, see run.sh).
@@ -527,6 +529,13 @@ static int bench(int only_seqlen, int rows_q) {
         double ms, tflops;
     };
     std::vector<Row> results;
+    int window_left = kWindowUnbounded, window_right = kWindowUnbounded;
+    if (const char *window = std::getenv("BENCH_WINDOW")) {
+        if (std::sscanf(window, "%d,%d", &window_left, &window_right) != 2) {
+            std::fprintf(stderr, "BENCH_WINDOW: expected left,right\n");
+            return 2;
+        }
+    }
     for (int d : {64, 128, 256}) {
         if (std::find(built_head_dims().begin(), built_head_dims().end(), d) == built_head_dims().end()) {
             continue;
@@ -566,8 +575,8 @@ static int bench(int only_seqlen, int rows_q) {
                 p.total_q = batch * sq;
                 p.total_k = batch * s;
                 p.num_heads = p.num_heads_k = heads;
-                p.window_left = kWindowUnbounded;
-                p.window_right = causal ? 0 : kWindowUnbounded;
+                p.window_left = window_left;
+                p.window_right = causal ? 0 : window_right;
                 p.softmax_scale = 1.f / std::sqrt(float(d));
                 p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
                 std::vector<float> times;

@@ -51,6 +51,9 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
 
     typename Traits::PipelineStateQ q_state;
     typename Traits::PipelineState k_state, v_state;
+    // Among the consumer warpgroups; shuffled, so that ptxas knows it to be warp-uniform (the loops
+    // over a warpgroup's own KV blocks then branch without divergence handling).
+    const int warpgroup = __shfl_sync(0xffffffff, ctid / 128, 0);
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
     static_assert(!kDropout || kScoreMod);
@@ -98,11 +101,14 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         const BlockRange &n_blocks = work.n_blocks;
         const ScoreMod score_mod(params, tc.bidb, tc.bidh, binfo.causal_shift());
         const DropoutRng dropout(params, seed, offset, tc.bidb, tc.bidh);
-        // KV blocks from the last to the first: runs of blocks that need a mask (the seqlen_k edge
-        // and the window's right edge, i.e. the causal diagonal, first; the window's left edge
-        // last) alternate with runs that need none, whose loop has no mask code.
+        // This warpgroup's 64 rows and the KV blocks they see, which it visits from the last to the
+        // first: runs of blocks that need a mask (the seqlen_k edge and the window's right edge, i.e.
+        // the causal diagonal, first; the window's left edge last) alternate with runs that need
+        // none, whose loop has no mask code. The tile's other blocks it passes (pass_block).
+        const int wg_row0 = row0 + 64 * warpgroup;
+        const BlockRange own_blocks = work.template blocks_of_rows<Traits::kBlockN>(wg_row0, 64);
         auto needs_mask = [&](int n_block) __attribute__((always_inline)) {
-            return mask.needed(row0, n_block * Traits::kBlockN, Traits::kBlockM, Traits::kBlockN);
+            return mask.needed(wg_row0, n_block * Traits::kBlockN, 64, Traits::kBlockN);
         };
 
         // Line 5: O = 0, l = 0, m = -inf.
@@ -137,8 +143,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             }
             if constexpr (decltype(masked)::value) {
                 const int col0 = n_block * Traits::kBlockN;
-                // The edges of this warpgroup's 64 rows, which may miss some that cut the tile.
-                mask.apply(acc_s, tScS, row0, col0, mask.edges(row0 + 64 * (ctid / 128), col0, 64, Traits::kBlockN));
+                mask.apply(acc_s, tScS, row0, col0, mask.edges(wg_row0, col0, 64, Traits::kBlockN));
             }
             fill(rescale, 1.f);
             o_rescaled = softmax.template update</*kLazyMax=*/true>(
@@ -194,8 +199,25 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             convert_p();
         };
 
+        // A block of the tile that none of this warpgroup's rows sees: its turn passes without a
+        // GEMM (the turns stay in step), its K and V buffers are released once loaded (a release
+        // before the load would count towards the buffer's previous use).
+        auto pass_block = [&]() __attribute__((always_inline)) {
+            turns.wait();
+            turns.pass();
+            pipeline_k.consumer_wait(k_state);
+            pipeline_k.consumer_release(k_state);
+            ++k_state;
+            pipeline_v.consumer_wait(v_state);
+            pipeline_v.consumer_release(v_state);
+            ++v_state;
+        };
+
         int n_block = n_blocks.end - 1;
-        if (n_block >= n_blocks.begin) {
+        for (; n_block >= own_blocks.end; --n_block) {
+            pass_block();
+        }
+        if (own_blocks.begin < own_blocks.end) {
             // Line 8 for the first block, and its softmax (O is still 0: nothing to rescale).
             pipeline_k.consumer_wait(k_state);
             turns.wait();
@@ -213,16 +235,15 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             }
             convert_p();
 
-            for (--n_block; n_block >= n_blocks.begin;) {
-                for (; n_block >= n_blocks.begin && needs_mask(n_block); --n_block) {
+            for (--n_block; n_block >= own_blocks.begin;) {
+                for (; n_block >= own_blocks.begin && needs_mask(n_block); --n_block) {
                     kv_step(n_block, cute::true_type{});
                 }
-                for (; n_block >= n_blocks.begin && !needs_mask(n_block); --n_block) {
+                for (; n_block >= own_blocks.begin && !needs_mask(n_block); --n_block) {
                     kv_step(n_block, cute::false_type{});
                 }
             }
-        }
-        if (n_blocks.begin < n_blocks.end) {
+
             // Line 10 for the last block.
             pipeline_v.consumer_wait(v_state);
             turns.wait();
@@ -234,6 +255,12 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_fence_operand(acc_o);
             pipeline_v.consumer_release(v_state);
             ++v_state;
+        } else if (n_blocks.begin < n_blocks.end) {
+            turns.wait();  // the turn of the last block's P V
+            turns.pass();
+        }
+        for (; n_block >= n_blocks.begin; --n_block) {
+            pass_block();
         }
 
         // Lines 12-13.

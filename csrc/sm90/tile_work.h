@@ -20,6 +20,16 @@ struct TileWork {
 
     // No row of the tile lies in its sequence (varlen: a sequence shorter than the longest).
     __device__ bool empty() const { return row0 >= binfo.seqlen_q; }
+
+    // The KV blocks that rows [first_row, first_row + rows) of the tile see, those in the sequence:
+    // a part of n_blocks that ends with it when empty. Fewer than the tile's where a window or the
+    // causal diagonal cuts a tall tile, or the sequence ends inside it.
+    template <int kBlockN>
+    __device__ BlockRange blocks_of_rows(int first_row, int rows) const {
+        const int rows_in = min(rows, binfo.seqlen_q - first_row);
+        const BlockRange range = rows_in > 0 ? kv_block_range(mask, first_row, rows_in, kBlockN) : BlockRange{0, 0};
+        return range.begin < range.end ? range : BlockRange{n_blocks.end, n_blocks.end};
+    }
 };
 
 template <class Traits, bool kIsCausal>

@@ -1,6 +1,7 @@
 // Ping-pong of the consumer warpgroups: they take turns, in order, issuing their GEMMs, so that
 // the tensor cores run one warpgroup's GEMMs while the others compute their softmax. Each issue
-// is bracketed by wait() and pass(); all warpgroups issue equally often per tile, so the turns
+// is bracketed by wait() and pass(); every warpgroup takes as many turns per tile (one per KV block
+// of the tile and one more; those of blocks its rows do not see without a GEMM), so the turns
 // carry over from tile to tile.
 #pragma once
 
