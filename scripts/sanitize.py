@@ -99,14 +99,18 @@ out.backward(torch.randn_like(out))
 torch.cuda.synchronize()
 print("varlen dropout with probabilities: ok")
 
-# d = 64: causal problems from 8k query rows on take the Hopper family's 3-warpgroup tiles
-# (csrc/sm90/fwd_tile_config.h); forward only, more query than key rows.
+# d = 64: the Hopper family's 3-warpgroup tiles (csrc/sm90/fwd_tile_config.h), forward only: a long
+# causal problem with more query than key rows, and a window on 64 sequences (enough tiles), whose
+# warpgroups visit different KV blocks, the last tile's third with no row in the sequence (2000 rows).
 if 64 in built["head_dims"]:
     q = torch.randn(1, 8250, 1, 64, device="cuda", dtype=dtype)
     k = torch.randn(1, 8200, 1, 64, device="cuda", dtype=dtype)
     flash_attn_func(q, k, torch.randn_like(k), causal=True)
+    q = torch.randn(4, 2000, 16, 64, device="cuda", dtype=dtype)
+    k = torch.randn(4, 2000, 8, 64, device="cuda", dtype=dtype)
+    flash_attn_func(q, k, torch.randn_like(k), window_size=(100, 50))
     torch.cuda.synchronize()
-    print("causal, 3 warpgroups d=64: ok")
+    print("causal and window, 3 warpgroups d=64: ok")
 
 # The Hopper backward (d = 64, 128 and 256), forced on these short problems: several Q blocks per KV
 # block, so that its dS, dQ staging and dropout buffers are reused, a partial last KV block, GQA;

@@ -72,8 +72,8 @@ def test_long_causal_window_forward_matches_reference():
 @pytest.mark.parametrize("seqlen_q", [576, 2100, 1000])
 def test_non_causal_forward_on_either_tile_height_matches_reference(seqlen_q):
     """At d=64 the Hopper family's non-causal kernel takes 192-row tiles when there are enough of
-    them and they pad few rows (576 and 2100 query rows here, 64 sequences), 128-row tiles otherwise
-    (1000 rows: 1152 padded against 1024) (csrc/sm90/fwd_tile_config.h)."""
+    them (64 sequences here; csrc/sm90/fwd_tile_config.h): 576 rows fill them, 2100 and 1000 rows end
+    inside the last one, 1000 rows with a warpgroup none of whose rows is in the sequence."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(4, seqlen_q, 700, 16, 4, head_dim, dtype, seed=seqlen_q)

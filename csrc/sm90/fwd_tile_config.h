@@ -35,26 +35,24 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool short_tiles)
 }
 
 // Whether the tall tiles (d=64's plain and score-mod kernels) serve this problem faster than the short ones
-// (benchmarks/sm90/NOTES.md, v8 and v10; benchmarks/NOTES.md, runs 188-189). Varlen: seqlen_q is the
+// (benchmarks/sm90/NOTES.md, v8 and v10; benchmarks/NOTES.md, runs 188-191). Varlen: seqlen_q is the
 // longest sequence's.
 // - Fewer tall tiles than SMs: more, shorter tiles finish sooner (decode-like problems, 1-512
 //   query rows against 1k-16k keys: 128-row tiles 12-30% faster).
 // - Causal: each warpgroup visits only the KV blocks its own rows see (fwd_consumer.h), so with
 //   enough of them the tall tiles pay at 512-1k rows too (1k: 6-9% faster, 512: 2% on average of
 //   three noisy runs); from 2k rows on they gained 7-17% before that (run 145), whatever their count.
-// - Else the tall tiles run ~10% faster per row: worth it while they pad at most 10% more rows.
+// - Else the tall tiles, ~10% faster per row; the rows they pad past a sequence's end cost their
+//   warpgroup only its turns (non-causal 512-1k rows, which fill 128-row tiles but not 192-row
+//   ones: 8-10% faster on the tall tiles, run 191).
 constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, int64_t sequences, int num_sms) {
     const int tall = sm90_fwd_tile_config(head_dim, false).block_m;
     const int short_ = sm90_fwd_tile_config(head_dim, true).block_m;
     if (tall == short_) {
         return true;
     }
-    const int64_t tall_tiles = (seqlen_q + tall - 1) / tall, short_tiles = (seqlen_q + short_ - 1) / short_;
-    const bool enough = sequences * tall_tiles >= num_sms;
-    if (causal) {
-        return enough || seqlen_q >= 2048;
-    }
-    return enough && 10 * tall_tiles * tall <= 11 * short_tiles * short_;
+    const bool enough = sequences * ((seqlen_q + tall - 1) / tall) >= num_sms;
+    return enough || (causal && seqlen_q >= 2048);
 }
 
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
