@@ -487,6 +487,9 @@ static std::vector<Case> check_cases(bool quick, int only_head_dim) {
                                  {1000, 1000}, {1000, 1000}, false, 0, 100, 30});
                 cases.push_back({name("window left 300 right 0 b=2 sq=200 sk=1000"), d, 4, 4, causal, dtype,
                                  {200, 200}, {1000, 1000}, false, 0, 300, 0});
+                // More tiles than SMs: the static schedule's rounds (tile_queue.h), whose last is partial.
+                cases.push_back({name("window left 256 right 256 b=4 h=16 sq=sk=2000"), d, 16, 16, causal, dtype,
+                                 {2000, 2000, 2000, 2000}, {2000, 2000, 2000, 2000}, false, 0, 256, 256});
             }
             if (quick) {
                 break;

@@ -88,7 +88,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         }
     };
 
-    ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring);
+    ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, kp.scheduler.num_tiles);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
         if (work.empty()) {

@@ -1,8 +1,13 @@
 // How a persistent block gets its tiles (indices into TileScheduler's order). Each block starts
 // with tile blockIdx.x; the loops run while the index is below num_tiles.
 //
-// Static: then blockIdx.x + gridDim.x, + 2 gridDim.x, ...: the producer and the consumers compute
-// the same sequence, nothing is shared.
+// Static: in round k the blocks take the indices [k G, k G + G) (G = gridDim.x), block b the
+// one (b + k) mod G places past the round's first: the producer and the consumers compute the same
+// sequence, nothing is shared. The rotation: the order puts a (batch, head)'s row blocks side by
+// side, so that with G a multiple of their count (132 blocks, 11 row blocks of 2k rows) a plain
+// stride gave a block the same row block in every round, and the lighter tiles at a window's or
+// a padded sequence's ends all to the same blocks. A last round that is not full is not rotated,
+// so that each of its indices is taken.
 //
 // Dynamic: the producer thread claims each next tile from a global counter (gridDim.x +
 // atomicAdd), as its current tile's last KV block loads, so that the tile goes to a block that is
@@ -59,23 +64,30 @@ struct ProducerTiles;
 template <bool kDynamic>
 struct ConsumerTiles;
 
-template <>
-struct ProducerTiles<false> {
-    int64_t tile;
+// Block `block`'s index in round `round` of the static schedule, for `blocks` blocks.
+__host__ __device__ __forceinline__ int64_t static_tile(int64_t round, int block, int blocks, int64_t num_tiles) {
+    const int64_t first = round * blocks;
+    return first + (first + blocks > num_tiles ? block : (block + round) % blocks);
+}
 
-    __device__ __forceinline__ ProducerTiles(NoTileRing &, Flash_fwd_params const &) {}
-    __device__ __forceinline__ int64_t first() { return tile = blockIdx.x; }
-    __device__ __forceinline__ void claim() {}
-    __device__ __forceinline__ int64_t next() { return tile += gridDim.x; }
+struct StaticTiles {
+    int64_t num_tiles;
+    int64_t round = 0;
+
+    __device__ __forceinline__ int64_t first() { return static_tile(round = 0, blockIdx.x, gridDim.x, num_tiles); }
+    __device__ __forceinline__ int64_t next() { return static_tile(++round, blockIdx.x, gridDim.x, num_tiles); }
 };
 
 template <>
-struct ConsumerTiles<false> {
-    int64_t tile;
+struct ProducerTiles<false> : StaticTiles {
+    __device__ __forceinline__ ProducerTiles(NoTileRing &, Flash_fwd_params const &, int64_t num_tiles_)
+        : StaticTiles{num_tiles_} {}
+    __device__ __forceinline__ void claim() {}
+};
 
-    __device__ __forceinline__ explicit ConsumerTiles(NoTileRing &) {}
-    __device__ __forceinline__ int64_t first() { return tile = blockIdx.x; }
-    __device__ __forceinline__ int64_t next() { return tile += gridDim.x; }
+template <>
+struct ConsumerTiles<false> : StaticTiles {
+    __device__ __forceinline__ ConsumerTiles(NoTileRing &, int64_t num_tiles_) : StaticTiles{num_tiles_} {}
 };
 
 template <>
@@ -85,7 +97,7 @@ struct ProducerTiles<true> {
     TileCounter claimed = 0;
     uint32_t handed_over = 0;
 
-    __device__ __forceinline__ ProducerTiles(TileRing &ring_, Flash_fwd_params const &params_)
+    __device__ __forceinline__ ProducerTiles(TileRing &ring_, Flash_fwd_params const &params_, int64_t)
         : ring(ring_), params(params_) {}
     __device__ __forceinline__ int64_t first() const { return blockIdx.x; }
     // Once per tile, before next(): the atomic's result is first read there.
@@ -108,7 +120,7 @@ struct ConsumerTiles<true> {
     TileRing &ring;
     uint32_t taken = 0;
 
-    __device__ __forceinline__ explicit ConsumerTiles(TileRing &ring_) : ring(ring_) {}
+    __device__ __forceinline__ ConsumerTiles(TileRing &ring_, int64_t) : ring(ring_) {}
     __device__ __forceinline__ int64_t first() const { return blockIdx.x; }
     __device__ __forceinline__ int64_t next() {
         const int s = ring_slot(taken);
