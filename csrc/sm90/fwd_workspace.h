@@ -8,7 +8,9 @@
 namespace flash::sm90 {
 
 // Causal tiles see from one KV block to all of them, so the blocks take them one at a time from a
-// counter; non-causal tiles all cost the same, and the static stride hands them out as evenly.
+// counter; non-causal tiles cost about the same (less at a window's or a padded sequence's ends),
+// and the static schedule's rotated rounds hand them out about as evenly (runs 194-195: the counter
+// was within 3% of them on windows, and cost 1-2% at long plain sequences).
 // A causal window runs on the causal kernel, and so is scheduled dynamically too.
 constexpr bool dynamic_tiles(bool is_causal) { return is_causal; }
 
