@@ -52,7 +52,9 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     typename Traits::PipelineStateQ q_state;
     typename Traits::PipelineState k_state, v_state;
     // Among the consumer warpgroups; shuffled, so that ptxas knows it to be warp-uniform (the loops
-    // over a warpgroup's own KV blocks then branch without divergence handling).
+    // over a warpgroup's own KV blocks then branch without divergence handling). The turns keep the
+    // unshuffled index: their barrier ids from the shuffled one made ptxas reschedule d=64's softmax,
+    // 3-4% slower (benchmarks/NOTES.md, run 188).
     const int warpgroup = __shfl_sync(0xffffffff, ctid / 128, 0);
     const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
 
