@@ -15,6 +15,7 @@
 #include "sm90/bwd_dq.h"
 #include "sm90/bwd_dropout.h"
 #include "sm90/bwd_params.h"
+#include "sm90/warpgroup_turns.h"
 #include "sm90/wgmma_utils.h"
 
 namespace flash::sm90 {
@@ -98,6 +99,21 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     }
     const int key0 = Traits::kSplitHeadDim ? 0 : warpgroup * 64;  // this warpgroup's keys in the block
 
+    // d = 64 (whose warpgroups share no barrier in a step): the two warpgroups take turns issuing
+    // their GEMMs, S^T and dP^T in one turn, dV and dK in the next, half a step apart, so that each
+    // one's exponentials and dS^T run under the other's GEMMs. Per tile, warpgroup 1 takes an empty
+    // turn first and warpgroup 0 one last: the next tile's K and V wait for both warpgroups' last
+    // GEMMs, so no turn of a tile may wait for one of the next. Not in the deterministic kernel,
+    // whose dQ adds also wait on other blocks (not measured with turns).
+    constexpr bool kTurns = Traits::kHeadDim == 64 && !kDeterministic;
+    const WarpgroupTurns<kTurns ? 2 : 1, uint32_t(BwdBarrier::kTurnOfWarpgroup0)> turns(warpgroup);
+    const auto empty_turn_of = [&](int owner) {
+        if (kTurns && warpgroup == owner) {
+            turns.wait();
+            turns.pass();
+        }
+    };
+
     // Carried from tile to tile: the pipelines' stages, the dS^T (and dropout) buffer, the dQ staging.
     const DqReduction<Traits, kDeterministic> dq_out(shared, warpgroup, ctid % 128);
     typename Traits::PipelineState q_state, do_state;
@@ -143,6 +159,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             const auto dq_of = [&](int m_block) {
                 return dq_accum + int64_t(m_block) * Traits::kBlockM * Traits::kHeadDim;
             };
+            empty_turn_of(1);
             for (int m_block = m_blocks.begin; m_block < m_blocks.end; ++m_block) {
                 const int row0 = m_block * Traits::kBlockM;
                 Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -150,9 +167,16 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
 
                 // Lines 9 and 11: S^T = K Q^T, dP^T = V dO^T.
                 pipeline_q.consumer_wait(q_state);
+                if constexpr (kTurns) {  // not holding the turn while dO loads
+                    pipeline_do.consumer_wait(do_state);
+                    turns.wait();
+                }
                 wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrK, tSrQ(_, _, _, q_state.index()), acc_s);
-                pipeline_do.consumer_wait(do_state);
+                if constexpr (!kTurns) {
+                    pipeline_do.consumer_wait(do_state);
+                }
                 wgmma_gemm</*kZeroInit=*/true>(mma_sdp, tSrV, tSrdO(_, _, _, do_state.index()), acc_dp);
+                turns.pass();
                 dq_out.release_under_gemms();
                 if constexpr (kDeferredDqAdd) {
                     // The first step has no previous block: the barrier alone, without a branch.
@@ -249,10 +273,12 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 // Lines 12 and 16: dV += P^T dO, dK += dS^T Q (scaled at the end).
                 warpgroup_fence_operand(p);
                 warpgroup_fence_operand(ds);
+                turns.wait();
                 wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(p.data(), acc_as_operand_a(p.layout())),
                                                 tdVrdOt(_, _, _, do_state.index()), acc_dv);
                 wgmma_gemm</*kZeroInit=*/false>(mma_dkv, make_tensor(ds.data(), acc_as_operand_a(ds.layout())),
                                                 tdKrQt(_, _, _, q_state.index()), acc_dk);
+                turns.pass();
 
                 // Line 15: dQ_i += dS K over this block's keys, dS^T through shared memory (of both
                 // warpgroups where they split the columns; where both hold all of it, each writes
@@ -313,6 +339,7 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             // Every GEMM that reads K and V has been waited for: the producer may load the next
             // tile's.
             cutlass::arch::ClusterBarrier::arrive(&shared.kv_empty);
+            empty_turn_of(0);
             if constexpr (kDeferredDqAdd) {
                 dq_out.start_reduction(dq_of(m_blocks.end - 1), last_dq_buffer(), true);
             }

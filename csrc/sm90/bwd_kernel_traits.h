@@ -33,6 +33,7 @@ enum class BwdBarrier : uint32_t {
     kDsWritten = 0,          // both consumer warpgroups: dS^T of this Q block is in shared memory
     kDqStagingOfWarpgroup0 = 1,  // per warpgroup: its dQ staging buffer (1 and 2)
     kDropoutBytesOfWarpgroup0 = 3,  // per warpgroup: dropout's mask of this tile (3 and 4)
+    kTurnOfWarpgroup0 = 5,  // d = 64: the warpgroups' GEMM turns (warpgroup_turns.h; 5 and 6)
 };
 
 template <typename Element_, int kHeadDim_>

@@ -1,8 +1,9 @@
 // Ping-pong of the consumer warpgroups: they take turns, in order, issuing their GEMMs, so that
 // the tensor cores run one warpgroup's GEMMs while the others compute their softmax. Each issue
-// is bracketed by wait() and pass(); every warpgroup takes as many turns per tile (one per KV block
-// of the tile and one more; those of blocks its rows do not see without a GEMM), so the turns
-// carry over from tile to tile.
+// is bracketed by wait() and pass(). The forward (fwd_consumer.h): every warpgroup takes as many
+// turns per tile (one per KV block of the tile and one more; those of blocks its rows do not see
+// without a GEMM), so the turns carry over from tile to tile. The d = 64 backward (bwd_consumer.h):
+// two turns per Q block, half a step apart.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -11,7 +12,8 @@
 
 namespace flash::sm90 {
 
-template <int kNumWarpgroups>
+// kFirstBarrier: the named barrier of warpgroup 0's turn (the others follow it).
+template <int kNumWarpgroups, uint32_t kFirstBarrier = uint32_t(FwdBarrier::kTurnOfWarpgroup0)>
 struct WarpgroupTurns {
     static_assert(kNumWarpgroups >= 1 && kNumWarpgroups <= 3);
     int warpgroup;  // among the consumer warpgroups
@@ -37,7 +39,7 @@ struct WarpgroupTurns {
 
 private:
     __device__ __forceinline__ static uint32_t barrier(int warpgroup) {
-        return uint32_t(FwdBarrier::kTurnOfWarpgroup0) + warpgroup;
+        return kFirstBarrier + warpgroup;
     }
 };
 
