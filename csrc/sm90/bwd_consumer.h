@@ -106,6 +106,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     // GEMMs, so no turn of a tile may wait for one of the next. Not in the deterministic kernel,
     // whose dQ adds also wait on other blocks (not measured with turns).
     constexpr bool kTurns = Traits::kHeadDim == 64 && !kDeterministic;
+    // A barrier spanning both warpgroups within a step (kDsWritten) would wait for a turn the
+    // other warpgroup takes only after it.
+    static_assert(!kTurns || !Traits::kDqSplitColumns);
     const WarpgroupTurns<kTurns ? 2 : 1, uint32_t(BwdBarrier::kTurnOfWarpgroup0)> turns(warpgroup);
     const auto empty_turn_of = [&](int owner) {
         if (kTurns && warpgroup == owner) {

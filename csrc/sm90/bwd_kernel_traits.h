@@ -48,6 +48,15 @@ struct BwdKernelTraits {
 
     static constexpr int kNumConsumerWarpgroups = 2;
     static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
+    // One barrier of each per-warpgroup kind per consumer warpgroup, apart, within the 16 ids
+    // (CUTLASS's NamedBarrier adds its 8 reserved ones).
+    static_assert(uint32_t(BwdBarrier::kDqStagingOfWarpgroup0) + kNumConsumerWarpgroups <=
+                      uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) &&
+                  uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) + kNumConsumerWarpgroups <=
+                      uint32_t(BwdBarrier::kTurnOfWarpgroup0) &&
+                  uint32_t(BwdBarrier::kTurnOfWarpgroup0) + kNumConsumerWarpgroups +
+                          cutlass::arch::NamedBarrier::ReservedNamedBarrierCount <=
+                      cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers);
     static constexpr bool kSplitHeadDim = kHeadDim > 128;
     // The threads of one S^T tiling (each warpgroup its own keys, or each all of them), and the
     // columns of dK and dV a warpgroup owns.
