@@ -111,9 +111,8 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
     static_assert(!kTurns || !Traits::kDqSplitColumns);
     const WarpgroupTurns<kTurns ? 2 : 1, uint32_t(BwdBarrier::kTurnOfWarpgroup0)> turns(warpgroup);
     const auto empty_turn_of = [&](int owner) {
-        if (kTurns && warpgroup == owner) {
-            turns.wait();
-            turns.pass();
+        if (warpgroup == owner) {
+            turns.skip();
         }
     };
 

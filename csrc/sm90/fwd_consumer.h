@@ -56,7 +56,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     // unshuffled index: their barrier ids from the shuffled one made ptxas reschedule d=64's softmax,
     // 3-4% slower (benchmarks/NOTES.md, run 188).
     const int warpgroup = __shfl_sync(0xffffffff, ctid / 128, 0);
-    const WarpgroupTurns<Traits::kNumConsumerWarpgroups> turns(ctid / 128);
+    const WarpgroupTurns<Traits::kNumConsumerWarpgroups, uint32_t(FwdBarrier::kTurnOfWarpgroup0)> turns(ctid / 128);
 
     static_assert(!kDropout || kScoreMod);
     uint64_t seed = 0, offset = 0;
@@ -205,8 +205,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // GEMM (the turns stay in step), its K and V buffers are released once loaded (a release
         // before the load would count towards the buffer's previous use).
         auto pass_block = [&]() __attribute__((always_inline)) {
-            turns.wait();
-            turns.pass();
+            turns.skip();
             pipeline_k.consumer_wait(k_state);
             pipeline_k.consumer_release(k_state);
             ++k_state;
@@ -258,8 +257,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             pipeline_v.consumer_release(v_state);
             ++v_state;
         } else if (n_blocks.begin < n_blocks.end) {
-            turns.wait();  // the turn of the last block's P V
-            turns.pass();
+            turns.skip();  // the turn of the last block's P V
         }
         for (; n_block >= n_blocks.begin; --n_block) {
             pass_block();

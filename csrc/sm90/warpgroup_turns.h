@@ -8,12 +8,12 @@
 
 #include <cutlass/arch/barrier.h>
 
-#include "sm90/fwd_kernel_traits.h"
 
 namespace flash::sm90 {
 
-// kFirstBarrier: the named barrier of warpgroup 0's turn (the others follow it).
-template <int kNumWarpgroups, uint32_t kFirstBarrier = uint32_t(FwdBarrier::kTurnOfWarpgroup0)>
+// kFirstBarrier: the named barrier of warpgroup 0's turn (the others follow it), from the family's
+// barrier ids.
+template <int kNumWarpgroups, uint32_t kFirstBarrier>
 struct WarpgroupTurns {
     static_assert(kNumWarpgroups >= 1 && kNumWarpgroups <= 3);
     int warpgroup;  // among the consumer warpgroups
@@ -35,6 +35,12 @@ struct WarpgroupTurns {
         if constexpr (kNumWarpgroups > 1) {
             cutlass::arch::NamedBarrier::arrive(256, barrier((warpgroup + 1) % kNumWarpgroups));
         }
+    }
+
+    // A turn without a GEMM, so that the turns stay in step.
+    __device__ __forceinline__ void skip() const {
+        wait();
+        pass();
     }
 
 private:
