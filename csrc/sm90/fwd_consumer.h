@@ -74,22 +74,21 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
 
     // Q's buffer of the previous tile, whose O this warpgroup's TMA store may still be reading
     // (two Q buffers): released once this tile's first S = Q K^T is issued, so that the wait for
-    // the store overlaps that GEMM. The thread that issued the store waits for it.
+    // the store overlaps that GEMM. The thread that issued the store waits for it. (One Q buffer:
+    // released after the tile's last S, O going through a buffer of its own.)
     bool q_release_pending = false;
     typename Traits::PipelineStateQ pending_q_state;
-    auto release_q = [&](typename Traits::PipelineStateQ state) __attribute__((always_inline)) {
-        if (ctid % 128 == 0) {
-            tma_store_wait<0>();
-        }
-        pipeline_q.consumer_release(state);
-    };
     auto release_pending_q = [&]() __attribute__((always_inline)) {
         if (q_release_pending) {
-            release_q(pending_q_state);
+            if (ctid % 128 == 0) {
+                tma_store_wait<0>();
+            }
+            pipeline_q.consumer_release(pending_q_state);
             q_release_pending = false;
         }
     };
 
+    int epilogues = 0;
     ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, kp.scheduler.num_tiles);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
@@ -245,6 +244,9 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 }
             }
 
+            if constexpr (Traits::kOBuffer) {
+                pipeline_q.consumer_release(q_state);  // its last S has been waited for
+            }
             // Line 10 for the last block.
             pipeline_v.consumer_wait(v_state);
             turns.wait();
@@ -256,8 +258,13 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_fence_operand(acc_o);
             pipeline_v.consumer_release(v_state);
             ++v_state;
-        } else if (n_blocks.begin < n_blocks.end) {
-            turns.skip();  // the turn of the last block's P V
+        } else {
+            if constexpr (Traits::kOBuffer) {
+                pipeline_q.consumer_release(q_state);
+            }
+            if (n_blocks.begin < n_blocks.end) {
+                turns.skip();  // the turn of the last block's P V
+            }
         }
         for (; n_block >= n_blocks.begin; --n_block) {
             pass_block();
@@ -267,10 +274,11 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
                                     kDropout ? params.dropout_scale : 1.f);
         release_pending_q();  // a tile without KV blocks issues no S
-        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid, q_state.index());
-        if constexpr (Traits::kQStages == 1) {
-            release_q(q_state);  // the next tile's Q waits for this buffer
-        } else {
+        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid, q_state.index(),
+                             /*o_buffer_first=*/warpgroup == 0 && epilogues == 0,
+                             /*o_phase=*/(warpgroup == 0 ? epilogues - 1 : epilogues) & 1);
+        ++epilogues;
+        if constexpr (Traits::kQStages > 1) {
             q_release_pending = true;
             pending_q_state = q_state;
         }

@@ -3,6 +3,12 @@
 // through the warpgroup's rows of the tile's Q buffer, which its last S = Q K^T has finished
 // reading; the caller hands the buffer back once the store has read it. No barrier spans the
 // warpgroups, so that they stay out of step (warpgroup_turns.h) from tile to tile.
+//
+// kOBuffer (one Q buffer): O goes through a buffer of 64 rows that warpgroup 0 and 1 take in turn,
+// tile after tile: a warpgroup waits until the other's last store has read it (but warpgroup 0 in
+// its first epilogue, o_buffer_first; o_phase: the phase of its OBufferTurns barrier to wait for)
+// and hands it on once its own store has read it. Storing O
+// from registers instead cost 10-20% at 512-1k rows (benchmarks/NOTES.md, run 204).
 #pragma once
 
 #include <numeric>
@@ -33,7 +39,8 @@ template <class Traits, class AccO, class Lse, class ThrMmaO>
 __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared, BlockInfo const &binfo,
                                              TileCoord const &tc, AccO const &acc_o, Lse const &lse,
-                                             ThrMmaO const &thr_mma_o, int ctid, int q_stage) {
+                                             ThrMmaO const &thr_mma_o, int ctid, int q_stage, bool o_buffer_first,
+                                             int o_phase) {
     using Element = typename Traits::Element;
     using BlockM = typename Traits::BlockM;
     using HeadDim = typename Traits::HeadDim;
@@ -60,9 +67,29 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
 
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sO = sQ(_, _, q_stage);
+    // kOBuffer's buffer (generic, so that other kernels, which have none, never instantiate it).
+    auto o_buffer = [](auto &storage) {
+        return make_tensor(make_smem_ptr(storage.o.data()), typename Traits::SmemLayoutO{});
+    };
+    // Element (r, c) of this warpgroup's 64 rows of O in shared memory.
+    auto o_at = [&](int r, int c) -> Element & {
+        if constexpr (Traits::kOBuffer) {
+            return o_buffer(shared)(r, c);
+        } else {
+            return sO(64 * warpgroup + r, c);
+        }
+    };
     Tensor r_o = make_tensor<Element>(acc_o.layout());
     convert(acc_o, r_o);
-    copy(r_o, thr_mma_o.partition_C(sO));
+    if constexpr (Traits::kOBuffer) {
+        if (!o_buffer_first) {
+            cutlass::arch::ClusterBarrier::wait(&shared.o_turns.free_for[warpgroup], o_phase);
+        }
+        typename Traits::TiledMmaO64 mma_o64;
+        copy(r_o, mma_o64.get_thread_slice(wtid).partition_C(o_buffer(shared)));
+    } else {
+        copy(r_o, thr_mma_o.partition_C(sO));
+    }
     cutlass::arch::fence_view_async_shared();  // the TMA store reads what st.shared wrote
     cutlass::arch::NamedBarrier::sync(128, barrier);
 
@@ -77,13 +104,16 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
             // atom's columns is contiguous.
             CUTE_UNROLL
             for (int j = 0; j < Traits::kHeadDim / Traits::kOBoxCols; ++j) {
-                Tensor sBox = make_tensor(make_smem_ptr(&sO(64 * warpgroup, j * Traits::kOBoxCols)),
+                Tensor sBox = make_tensor(make_smem_ptr(&o_at(0, j * Traits::kOBoxCols)),
                                           typename Traits::SmemLayoutOBox{});
                 Tensor gBox = local_tile(gO, Shape<_64, BoxCols>{}, make_coord(warpgroup, j));
                 auto [tOgO, tOsO] = tma_partition(kp.tma_o, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
                 copy(kp.tma_o, tOsO, tOgO);
             }
             tma_store_arrive();
+            if constexpr (Traits::kOBuffer) {
+                tma_store_wait<0>();  // the store has read the buffer before it is handed on
+            }
         }
     } else if (wg_rows_left > 0) {
         Tensor mO = binfo.q_rows<Element, Traits::kHeadDim>(kp.params.o_ptr, kp.params.o_batch_stride,
@@ -92,7 +122,14 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                make_coord(tc.m_block * Traits::kNumConsumerWarpgroups + warpgroup, _0{}));
         PredicatedCopyO<Traits> copy_o;
         auto thr_copy = copy_o.get_thread_slice(wtid);
-        Tensor tOsO = thr_copy.partition_S(local_tile(sO, Shape<_64, HeadDim>{}, make_coord(warpgroup, _0{})));
+        auto own_rows = [&] {
+            if constexpr (Traits::kOBuffer) {
+                return o_buffer(shared);
+            } else {
+                return local_tile(sO, Shape<_64, HeadDim>{}, make_coord(warpgroup, _0{}));
+            }
+        };
+        Tensor tOsO = thr_copy.partition_S(own_rows());
         Tensor tOgO = thr_copy.partition_D(gO);
         Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<_64, HeadDim>{}));
         CUTE_UNROLL
@@ -101,6 +138,9 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                 copy(copy_o, tOsO(_, m, _), tOgO(_, m, _));
             }
         }
+    }
+    if constexpr (Traits::kOBuffer) {
+        cutlass::arch::ClusterBarrier::arrive(&shared.o_turns.free_for[1 - warpgroup]);
     }
 }
 

@@ -55,6 +55,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             shared.tile_ring.init(Traits::kNumConsumerThreads);
         }
     }
+    if constexpr (Traits::kOBuffer) {
+        if (threadIdx.x == 0) {
+            shared.o_turns.init();
+        }
+    }
     cutlass::arch::fence_barrier_init();
     __syncthreads();
 

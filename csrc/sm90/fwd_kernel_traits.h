@@ -21,6 +21,21 @@ enum class FwdBarrier : uint32_t {
     kTurnOfWarpgroup0 = 3,      // warpgroup_turns.h: one per consumer warpgroup
 };
 
+// The shared memory of kernels whose O goes out through Q's buffer.
+struct NoOBuffer {};
+
+// kOBuffer's hand-over (fwd_epilogue.h): warpgroup w may write the O buffer once free_for[w]
+// completes a phase, which the other warpgroup's 128 threads arrive on when done with it.
+struct OBufferTurns {
+    uint64_t free_for[2];
+
+    __device__ __forceinline__ void init() {
+        for (int w = 0; w < 2; ++w) {
+            cutlass::arch::ClusterBarrier::init(&free_for[w], 128);
+        }
+    }
+};
+
 // kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h).
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kDynamicTiles_>
 struct FwdKernelTraits {
@@ -69,6 +84,11 @@ struct FwdKernelTraits {
     // Two Q buffers where shared memory allows (227 KB per block): then the next tile's Q loads
     // while this tile runs, and O goes out through this tile's buffer.
     static constexpr int kQStages = 2 * kQBytes + 2 * kStages * kKVStageBytes + 4096 <= 227 * 1024 ? 2 : 1;
+    // With one Q buffer (d = 192, 256), O goes out through a buffer of its own for one warpgroup's 64
+    // rows, which the two consumer warpgroups take in turn (fwd_epilogue.h), so that Q's buffer is
+    // released after the tile's last S and the next tile's Q loads under its last P V and epilogue.
+    static constexpr bool kOBuffer = kQStages == 1;
+    static_assert(!kOBuffer || kNumConsumerWarpgroups == 2);
 
     using SmemLayoutAtomQ =
         decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM, HeadDim>());
@@ -81,11 +101,15 @@ struct FwdKernelTraits {
     using SmemLayoutVt = decltype(tile_to_shape(
         cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, HeadDim, BlockN>(),
         Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{}));
-    // O goes out through its tile's Q buffer, each warpgroup's 64 rows once its last S = Q K^T is
-    // done, as boxes of 64 rows by one swizzle atom's columns (contiguous in Q's layout, whose
+    // O goes out through its tile's Q buffer (or kOBuffer's), each warpgroup's 64 rows once its last
+    // S = Q K^T is done, as boxes of 64 rows by one swizzle atom's columns (contiguous in Q's layout, whose
     // atoms run down the rows first).
     static constexpr int kOBoxCols = size<1>(SmemLayoutAtomQ{});
     using SmemLayoutOBox = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<_64, Int<kOBoxCols>>{}));
+    using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<_64, HeadDim>{}));  // kOBuffer
+    // One warpgroup's O += P V, for its 64 rows of the O buffer.
+    using TiledMmaO64 = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockN>, GMMA::Major::K, GMMA::Major::MN>()));
 
     using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
     using PipelineQ = cutlass::PipelineTmaAsync<kQStages>;
@@ -102,6 +126,8 @@ struct FwdKernelTraits {
         typename PipelineKV::SharedStorage pipeline_v;
         std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
         float2 softmax_fence[kNumConsumerThreads];  // wgmma_utils.h, wait_below
+        std::conditional_t<kOBuffer, OBufferTurns, NoOBuffer> o_turns;
+        std::conditional_t<kOBuffer, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoOBuffer> o;
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");

@@ -88,7 +88,7 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
 
         // Blocks in the consumers' order, last to first. With two Q buffers, Q goes out first: its
         // buffer was freed by the tile before last. With one, the first K goes out before Q, which
-        // waits until the previous tile's O has left Q's buffer. The next tile is claimed just
+        // waits until the previous tile's last S = Q K^T is done. The next tile is claimed just
         // before the last block's loads (before Q's without a block): the waits for their stages
         // hide the atomic's latency.
         int n_block = n_blocks.end - 1;
