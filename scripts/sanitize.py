@@ -112,6 +112,20 @@ if 64 in built["head_dims"]:
     torch.cuda.synchronize()
     print("causal and window, 3 warpgroups d=64: ok")
 
+# d > 128 (one Q buffer): O through a buffer of its own that the two consumer warpgroups take in
+# turn, tile after tile: several tiles per block, and varlen tails (row copies instead of the TMA).
+if max(built["head_dims"]) > 128:
+    head_dim = max(built["head_dims"])
+    q = torch.randn(2, 300, 100, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(2, 200, 100, head_dim, device="cuda", dtype=dtype)
+    flash_attn_func(q, k, torch.randn_like(k), causal=True)
+    lengths = torch.tensor([0, 77, 130, 1, 64, 200] * 20)
+    cu = torch.tensor([0, *lengths.cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = torch.randn(int(lengths.sum()), 8, head_dim, device="cuda", dtype=dtype)
+    flash_attn_varlen_func(q, q, q, cu, cu, int(lengths.max()), int(lengths.max()))
+    torch.cuda.synchronize()
+    print(f"O buffer in turn, several tiles per block d={head_dim}: ok")
+
 # The Hopper backward (d = 64, 128 and 256), forced on these short problems: several Q blocks per KV
 # block, so that its dS, dQ staging and dropout buffers are reused, a partial last KV block, GQA;
 # plain, with the variants (the kernel with dropout's mask exchange), and deterministic (the dQ

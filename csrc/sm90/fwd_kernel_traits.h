@@ -25,7 +25,9 @@ enum class FwdBarrier : uint32_t {
 struct NoOBuffer {};
 
 // kOBuffer's hand-over (fwd_epilogue.h): warpgroup w may write the O buffer once free_for[w]
-// completes a phase, which the other warpgroup's 128 threads arrive on when done with it.
+// completes a phase, which the other warpgroup's 128 threads arrive on when done with it. The
+// phases count epilogues: both warpgroups run one per tile with work (the same tiles) and every
+// thread arrives in each, so warpgroup 0 is at most one epilogue ahead of warpgroup 1.
 struct OBufferTurns {
     uint64_t free_for[2];
 
