@@ -7,8 +7,8 @@
 // kOBuffer (one Q buffer): O goes through a buffer of 64 rows that warpgroup 0 and 1 take in turn,
 // tile after tile: a warpgroup waits until the other's last store has read it (but warpgroup 0 in
 // its first epilogue, o_buffer_first; o_phase: the phase of its OBufferTurns barrier to wait for)
-// and hands it on once its own store has read it. Storing O
-// from registers instead cost 10-20% at 512-1k rows (benchmarks/NOTES.md, run 204).
+// and hands it on once its own store has read it. Storing O from registers instead cost 10-20% at
+// 512-1k rows (benchmarks/NOTES.md, run 204).
 #pragma once
 
 #include <numeric>
@@ -71,12 +71,12 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
     auto o_buffer = [](auto &storage) {
         return make_tensor(make_smem_ptr(storage.o.data()), typename Traits::SmemLayoutO{});
     };
-    // Element (r, c) of this warpgroup's 64 rows of O in shared memory.
-    auto o_at = [&](int r, int c) -> Element & {
+    // This warpgroup's 64 rows of O in shared memory.
+    auto own_rows = [&] {
         if constexpr (Traits::kOBuffer) {
-            return o_buffer(shared)(r, c);
+            return o_buffer(shared);
         } else {
-            return sO(64 * warpgroup + r, c);
+            return local_tile(sO, Shape<_64, HeadDim>{}, make_coord(warpgroup, _0{}));
         }
     };
     Tensor r_o = make_tensor<Element>(acc_o.layout());
@@ -104,7 +104,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
             // atom's columns is contiguous.
             CUTE_UNROLL
             for (int j = 0; j < Traits::kHeadDim / Traits::kOBoxCols; ++j) {
-                Tensor sBox = make_tensor(make_smem_ptr(&o_at(0, j * Traits::kOBoxCols)),
+                Tensor sBox = make_tensor(make_smem_ptr(&own_rows()(0, j * Traits::kOBoxCols)),
                                           typename Traits::SmemLayoutOBox{});
                 Tensor gBox = local_tile(gO, Shape<_64, BoxCols>{}, make_coord(warpgroup, j));
                 auto [tOgO, tOsO] = tma_partition(kp.tma_o, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
@@ -122,13 +122,6 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                make_coord(tc.m_block * Traits::kNumConsumerWarpgroups + warpgroup, _0{}));
         PredicatedCopyO<Traits> copy_o;
         auto thr_copy = copy_o.get_thread_slice(wtid);
-        auto own_rows = [&] {
-            if constexpr (Traits::kOBuffer) {
-                return o_buffer(shared);
-            } else {
-                return local_tile(sO, Shape<_64, HeadDim>{}, make_coord(warpgroup, _0{}));
-            }
-        };
         Tensor tOsO = thr_copy.partition_S(own_rows());
         Tensor tOgO = thr_copy.partition_D(gO);
         Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<_64, HeadDim>{}));

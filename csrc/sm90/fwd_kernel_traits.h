@@ -103,9 +103,9 @@ struct FwdKernelTraits {
     using SmemLayoutVt = decltype(tile_to_shape(
         cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::MN, Element, HeadDim, BlockN>(),
         Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{}));
-    // O goes out through its tile's Q buffer (or kOBuffer's), each warpgroup's 64 rows once its last
-    // S = Q K^T is done, as boxes of 64 rows by one swizzle atom's columns (contiguous in Q's layout, whose
-    // atoms run down the rows first).
+    // O goes out through its tile's Q buffer (or kOBuffer's), each warpgroup's 64 rows once its
+    // last S = Q K^T is done, as boxes of 64 rows by one swizzle atom's columns (contiguous in Q's
+    // layout, whose atoms run down the rows first).
     static constexpr int kOBoxCols = size<1>(SmemLayoutAtomQ{});
     using SmemLayoutOBox = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<_64, Int<kOBoxCols>>{}));
     using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQ{}, Shape<_64, HeadDim>{}));  // kOBuffer
