@@ -1,5 +1,5 @@
 """Draws results/attn_h100.json as the paper's three figures (forward, backward, forward+backward):
-four panels each (head dim 64 / 128 x causal or not), TFLOPs/s per sequence length for
+two panels (non-causal, causal) per head dim in the file, TFLOPs/s per sequence length for
 flash_attn_cuda and each SDPA backend measured in the same run.
 
 python benchmarks/plot.py [--json PATH] [--dtype bf16] [--out DIR]
