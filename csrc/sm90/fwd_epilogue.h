@@ -86,7 +86,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
             cutlass::arch::ClusterBarrier::wait(&shared.o_turns.free_for[warpgroup], o_phase);
         }
         typename Traits::TiledMmaO64 mma_o64;
-        copy(r_o, mma_o64.get_thread_slice(wtid).partition_C(o_buffer(shared)));
+        copy(r_o, mma_o64.get_thread_slice(wtid).partition_C(own_rows()));
     } else {
         copy(r_o, thr_mma_o.partition_C(sO));
     }
