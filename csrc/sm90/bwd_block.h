@@ -2,7 +2,7 @@
 // blocks that see any of its keys (common/block_range.h; none for a varlen tile past its sequence's
 // keys). The producer and the consumers derive it alike from the tile index. Tiles are numbered KV
 // block fastest, then head, then batch (the blocks running at once share their Q and dO in L2); a
-// block walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... (bwd_launch.h picks the grid).
+// persistent block walks them in the rotated rounds of static_tiles.h (bwd_launch.h picks the grid).
 // Deterministic (bwd_dq.h): head fastest, then batch, then KV block, so that KV block j of a head,
 // which adds into each of its Q blocks after block j - 1 of that head has, is scheduled a round of
 // tiles after it instead of beside it, waiting.
@@ -14,6 +14,7 @@
 #include "common/block_range.h"
 #include "common/flash.h"
 #include "common/mask.h"
+#include "sm90/static_tiles.h"
 
 namespace flash::sm90 {
 

@@ -29,8 +29,9 @@ __device__ __forceinline__ void bwd_producer(BwdKernelParams<Traits> const &kp, 
     auto do_state = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
     int kv_loads = 0;
 
-    for (int tile = blockIdx.x; tile < bwd_num_tiles<Traits>(params); tile += gridDim.x) {
-        const BwdBlock<Traits, kIsCausal> block(params, tile);
+    StaticTiles tiles{bwd_num_tiles<Traits>(params)};
+    for (int64_t tile = tiles.first(); tile < tiles.num_tiles; tile = tiles.next()) {
+        const BwdBlock<Traits, kIsCausal> block(params, int(tile));
         if (!block.has_work()) {
             continue;  // no query sees these keys: the consumers write zeros
         }

@@ -1,13 +1,7 @@
 // How a persistent block gets its tiles (indices into TileScheduler's order). Each block starts
 // with tile blockIdx.x; the loops run while the index is below num_tiles.
 //
-// Static: in round k the blocks take the indices [k G, k G + G) (G = gridDim.x), block b the
-// one (b + k) mod G places past the round's first: the producer and the consumers compute the same
-// sequence, nothing is shared. The rotation: the order puts a (batch, head)'s row blocks side by
-// side, so that with G a multiple of their count (132 blocks, 11 row blocks of 2k rows) a plain
-// stride gave a block the same row block in every round, and the lighter tiles at a window's or
-// a padded sequence's ends all to the same blocks. A last round that is not full is not rotated,
-// so that each of its indices is taken.
+// Static: static_tiles.h (rounds of one index per block, rotated).
 //
 // Dynamic: the producer thread claims each next tile from a global counter (gridDim.x +
 // atomicAdd), as its current tile's last KV block loads, so that the tile goes to a block that is
@@ -30,6 +24,7 @@
 
 #include "common/flash.h"
 #include "sm90/fwd_workspace.h"
+#include "sm90/static_tiles.h"
 
 namespace flash::sm90 {
 
@@ -63,20 +58,6 @@ template <bool kDynamic>
 struct ProducerTiles;
 template <bool kDynamic>
 struct ConsumerTiles;
-
-// Block `block`'s index in round `round` of the static schedule, for `blocks` blocks.
-__host__ __device__ __forceinline__ int64_t static_tile(int64_t round, int block, int blocks, int64_t num_tiles) {
-    const int64_t first = round * blocks;
-    return first + (first + blocks > num_tiles ? block : (block + round) % blocks);
-}
-
-struct StaticTiles {
-    int64_t num_tiles;
-    int64_t round = 0;
-
-    __device__ __forceinline__ int64_t first() { return static_tile(round = 0, blockIdx.x, gridDim.x, num_tiles); }
-    __device__ __forceinline__ int64_t next() { return static_tile(++round, blockIdx.x, gridDim.x, num_tiles); }
-};
 
 template <>
 struct ProducerTiles<false> : StaticTiles {
