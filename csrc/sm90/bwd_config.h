@@ -54,18 +54,18 @@ constexpr bool sm90_bwd_deterministic_pays(bool causal, int window_right) {
     return causal || window_right != kWindowUnbounded;
 }
 
-// Whether the main kernel runs one block per SM, each walking rounds of tiles (static_tiles.h), so
-// that a tile's K and V load and the previous tile's dK and dV stores overlap. It pays where the
-// tiles cost about the same, or where their costs repeat along each head's KV blocks, which the
-// rounds' rotation spreads over the blocks (a causal window as long as the sequence: its tiles cost
-// what causal ones do; a plain stride took 1.37x the time at 1k rows, run 221). Causal tiles without
-// a left window bound (all costs, from one Q block to every one: persistent blocks took up to 1.4x
-// the time at 16k, run 221) and varlen tiles (as much as their sequence has rows) get a block each,
-// which the hardware hands to the next free SM (greedy). Deterministic too: a tile waits for tiles
-// of lower index (bwd_dq.h), which the hardware starts first, whereas a persistent block waiting for
-// a tile of a block not yet resident (SMs held by another stream's kernel) would wait for ever.
-constexpr bool sm90_bwd_persistent(bool causal, bool window_left_bounded, bool varlen, bool deterministic) {
-    return !varlen && !deterministic && (!causal || window_left_bounded);
+// Whether the main kernel runs one block per SM, so that a tile's K and V load and the previous
+// tile's dK and dV stores overlap. Causal tiles (all costs, from one Q block to every one) are taken
+// one at a time from a counter (tile_queue.h), greedily, as the hardware hands a grid of a block per
+// tile to the free SMs; static rounds of them took up to 1.4x the time at 16k (run 221). Non-causal
+// tiles cost about the same, or their costs repeat along each head's KV blocks, and walk the rotated
+// rounds of static_tiles.h; varlen ones (as much as their sequence has rows) get a block each.
+// Deterministic problems get a block per tile: a tile waits for tiles of lower index (bwd_dq.h),
+// which the hardware starts first, whereas a persistent block waiting for a tile of a block not yet
+// resident (SMs held by another stream's kernel) would wait for ever.
+constexpr bool sm90_bwd_dynamic_tiles(bool causal, bool deterministic) { return causal && !deterministic; }
+constexpr bool sm90_bwd_persistent(bool causal, bool varlen, bool deterministic) {
+    return !deterministic && (causal || !varlen);
 }
 
 }  // namespace flash::sm90

@@ -131,8 +131,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDropoutBytesOfWarpgroup0) + warpgroup);
     };
 
-    StaticTiles tiles{bwd_num_tiles<Traits>(params)};
-    for (int64_t tile = tiles.first(); tile < tiles.num_tiles; tile = tiles.next()) {
+    const int num_tiles = bwd_num_tiles<Traits>(params);
+    ConsumerTiles<sm90_bwd_dynamic_tiles(kIsCausal, kDeterministic)> tiles(shared.tile_ring, num_tiles);
+    for (int64_t tile = tiles.first(); tile < num_tiles; tile = tiles.next()) {
         const BwdBlock<Traits, kIsCausal> block(params, int(tile));
         const ScoreMod score_mod(params, block.bidb, block.bidh, block.binfo.causal_shift());
         const DropoutRng dropout(params, seed, offset, block.bidb, block.bidh);

@@ -35,6 +35,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (threadIdx.x == 0) {
         cutlass::arch::ClusterTransactionBarrier::init(&shared.kv_full, 1);
         cutlass::arch::ClusterBarrier::init(&shared.kv_empty, Traits::kNumConsumerThreads);
+        if constexpr (sm90_bwd_dynamic_tiles(kIsCausal, kDeterministic)) {
+            shared.tile_ring.init(Traits::kNumConsumerThreads);
+        }
     }
     cutlass::arch::fence_barrier_init();
     __syncthreads();
@@ -44,7 +47,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         if (threadIdx.x == 0) {
             cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
             cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
-            bwd_producer<Traits, kIsCausal>(kp, shared, pipeline_q, pipeline_do);
+            bwd_producer<Traits, kIsCausal, sm90_bwd_dynamic_tiles(kIsCausal, kDeterministic)>(kp, shared, pipeline_q,
+                                                                                               pipeline_do);
         }
     } else {
         cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();

@@ -23,6 +23,7 @@
 
 #include "sm90/bwd_config.h"
 #include "sm90/bwd_dropout.h"
+#include "sm90/tile_queue.h"
 
 namespace flash::sm90 {
 
@@ -148,6 +149,7 @@ struct BwdKernelTraits {
         typename PipelineQ::SharedStorage pipeline_do;
         uint64_t kv_full;   // K and V landed (TMA transaction barrier)
         uint64_t kv_empty;  // every consumer thread is done with K and V (the tile's last GEMM waited for)
+        TileRing tile_ring;  // the tiles' indices, producer to consumers, where they come from a counter
     };
     static constexpr int kSmemBytes = sizeof(SharedStorage);
     static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");

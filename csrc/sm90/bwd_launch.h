@@ -46,9 +46,13 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
         return;
     }
     const int num_tiles = flash::sm90::bwd_num_tiles<Traits>(params);
+    const bool deterministic = params.dq_semaphore_ptr != nullptr;
     const bool persistent =
-        flash::sm90::sm90_bwd_persistent(kIsCausal, params.window_left != kWindowUnbounded,
-                                         params.cu_seqlens_q != nullptr, params.dq_semaphore_ptr != nullptr);
+        flash::sm90::sm90_bwd_persistent(kIsCausal, params.cu_seqlens_q != nullptr, deterministic);
+    if (flash::sm90::sm90_bwd_dynamic_tiles(kIsCausal, deterministic) &&
+        cudaMemsetAsync(params.bwd_schedule, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
+        return;
+    }
     kernel<<<persistent ? std::min(num_tiles, num_sms) : num_tiles, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
         flash::sm90::make_bwd_kernel_params<Traits>(params));
     if (cudaPeekAtLastError() != cudaSuccess) {

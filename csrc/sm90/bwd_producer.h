@@ -13,7 +13,7 @@ namespace flash::sm90 {
 
 using namespace cute;
 
-template <class Traits, bool kIsCausal>
+template <class Traits, bool kIsCausal, bool kDynamicTiles>
 __device__ __forceinline__ void bwd_producer(BwdKernelParams<Traits> const &kp, typename Traits::SharedStorage &shared,
                                              typename Traits::PipelineQ &pipeline_q,
                                              typename Traits::PipelineQ &pipeline_do) {
@@ -29,10 +29,12 @@ __device__ __forceinline__ void bwd_producer(BwdKernelParams<Traits> const &kp, 
     auto do_state = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
     int kv_loads = 0;
 
-    StaticTiles tiles{bwd_num_tiles<Traits>(params)};
-    for (int64_t tile = tiles.first(); tile < tiles.num_tiles; tile = tiles.next()) {
+    const int num_tiles = bwd_num_tiles<Traits>(params);
+    ProducerTiles<kDynamicTiles> tiles(shared.tile_ring, params.bwd_schedule, num_tiles);
+    for (int64_t tile = tiles.first(); tile < num_tiles; tile = tiles.next()) {
         const BwdBlock<Traits, kIsCausal> block(params, int(tile));
         if (!block.has_work()) {
+            tiles.claim();
             continue;  // no query sees these keys: the consumers write zeros
         }
         const int bidh_k = block.bidh / (params.num_heads / params.num_heads_k);
@@ -68,6 +70,9 @@ __device__ __forceinline__ void bwd_producer(BwdKernelParams<Traits> const &kp, 
         const int64_t stats_row0 = block.binfo.template accum_row0<Traits::kBlockM>(params, block.bidh);
         for (int m_block = block.m_blocks.begin; m_block < block.m_blocks.end; ++m_block) {
             const int64_t stats = stats_row0 + int64_t(m_block) * Traits::kBlockM;
+            if (m_block + 1 == block.m_blocks.end) {
+                tiles.claim();  // its latency hidden by the waits for the last Q and dO stages
+            }
             pipeline_q.producer_acquire(q_state);
             uint64_t *q_full = pipeline_q.producer_get_barrier(q_state);
             copy(kp.tma_q.with(*q_full), tQgQ(_, m_block), tQsQ(_, q_state.index()));

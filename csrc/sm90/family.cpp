@@ -70,6 +70,7 @@ BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic) {
     ws.dq_accum_floats = ws.softmax_d_floats * params.head_dim;
     ws.semaphore_ints =
         deterministic ? sm90_bwd_semaphore_ints(params.batch, params.num_heads, params.seqlen_q, params.head_dim) : 0;
+    ws.schedule_bytes = sm90_bwd_dynamic_tiles(params.is_causal, deterministic) ? sizeof(TileCounter) : 0;
     return ws;
 }
 

@@ -39,7 +39,7 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
     auto k_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
     auto v_state = cutlass::make_producer_start_state<typename Traits::PipelineKV>();
 
-    ProducerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, params, kp.scheduler.num_tiles);
+    ProducerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, params.fwd_workspace, kp.scheduler.num_tiles);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
         if (work.empty()) {

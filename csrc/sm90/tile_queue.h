@@ -4,8 +4,8 @@
 // Static: static_tiles.h (rounds of one index per block, rotated).
 //
 // Dynamic: the producer thread claims each next tile from a global counter (gridDim.x +
-// atomicAdd), as its current tile's last KV block loads, so that the tile goes to a block that is
-// about to be free. With the costly tiles first in the order, this greedy assignment evens out the
+// atomicAdd), as its current tile's last KV block loads (the backward's: its last Q block), so that
+// the tile goes to a block that is about to be free. With the costly tiles first in the order, this greedy assignment evens out the
 // last wave. The producer hands each index to the consumers through a ring of slots in shared
 // memory, each slot guarded by two mbarriers:
 //   producer:  wait empty[s], write tile[s], arrive on full[s] (1 arrival)
@@ -45,6 +45,10 @@ struct TileRing {
 // The shared memory of the static schedule.
 struct NoTileRing {};
 
+// The type of the parameter field that points at the counter (Flash_fwd_params::fwd_workspace,
+// Flash_bwd_params::bwd_schedule).
+using CounterField = void *__restrict__;
+
 // Lane 0's value, which ptxas then knows to be the same across the warp: the tile's coordinates and
 // KV range stay in uniform registers, as with the static schedule (the producer has 24 registers).
 // lanes: the lanes that run the call, lane 0 among them.
@@ -61,29 +65,30 @@ struct ConsumerTiles;
 
 template <>
 struct ProducerTiles<false> : StaticTiles {
-    __device__ __forceinline__ ProducerTiles(NoTileRing &, Flash_fwd_params const &, int64_t num_tiles_)
-        : StaticTiles{num_tiles_} {}
+    template <class Ring>  // NoTileRing, or a TileRing that a static schedule leaves unused
+    __device__ __forceinline__ ProducerTiles(Ring &, CounterField const &, int64_t num_tiles_) : StaticTiles{num_tiles_} {}
     __device__ __forceinline__ void claim() {}
 };
 
 template <>
 struct ConsumerTiles<false> : StaticTiles {
-    __device__ __forceinline__ ConsumerTiles(NoTileRing &, int64_t num_tiles_) : StaticTiles{num_tiles_} {}
+    template <class Ring>
+    __device__ __forceinline__ ConsumerTiles(Ring &, int64_t num_tiles_) : StaticTiles{num_tiles_} {}
 };
 
 template <>
 struct ProducerTiles<true> {
     TileRing &ring;
-    Flash_fwd_params const &params;  // the kernel parameter: its fwd_workspace is read when used
+    CounterField const &counter;  // the kernel parameter's field, read when used
     TileCounter claimed = 0;
     uint32_t handed_over = 0;
 
-    __device__ __forceinline__ ProducerTiles(TileRing &ring_, Flash_fwd_params const &params_, int64_t)
-        : ring(ring_), params(params_) {}
+    __device__ __forceinline__ ProducerTiles(TileRing &ring_, CounterField const &counter_, int64_t)
+        : ring(ring_), counter(counter_) {}
     __device__ __forceinline__ int64_t first() const { return blockIdx.x; }
     // Once per tile, before next(): the atomic's result is first read there.
     __device__ __forceinline__ void claim() {
-        claimed = atomicAdd(static_cast<TileCounter *>(params.fwd_workspace), TileCounter(1));
+        claimed = atomicAdd(static_cast<TileCounter *>(counter), TileCounter(1));
     }
     __device__ __forceinline__ int64_t next() {
         const int64_t tile = warp_uniform(int64_t(gridDim.x) + int64_t(claimed), 1u);
