@@ -144,6 +144,24 @@ def test_varlen_variants_match_reference(head_dim, variant, kernel_family):
 
 @pytest.mark.gpu
 @requires_gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_varlen_causal_backward_with_several_tiles_per_block(head_dim, kernel_family):
+    """Causal varlen tiles (10 KV blocks x 12 heads x 5 sequences), several per block of the Hopper
+    backward's persistent grid, taken from its counter (csrc/sm90/tile_queue.h); the tiles past a
+    short or empty sequence's keys have no work and hand their counter's indices on at once; GQA."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [1200, 0, 37, 600, 1], [1250, 5, 37, 580, 0]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 12, 4, head_dim, dtype, seed=head_dim + 7)
+    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal=True)
+    poison_allocator()
+    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal=True)
+    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
+        assert_within_rule(name, value, ref, pt)
+
+
+@pytest.mark.gpu
+@requires_gpu
 def test_varlen_causal_with_a_long_sequence_matches_reference(kernel_family):
     """One sequence of 8k+ query rows puts the whole causal batch on the Hopper family's 192-row
     tiles at d=64 (csrc/sm90/fwd_launch.h); the short and empty sequences end mid-tile."""

@@ -1,8 +1,8 @@
 // What one tile of the Hopper backward works on: its keys, its (batch, head), the mask, and the Q
 // blocks that see any of its keys (common/block_range.h; none for a varlen tile past its sequence's
 // keys). The producer and the consumers derive it alike from the tile index. Tiles are numbered KV
-// block fastest, then head, then batch (the blocks running at once share their Q and dO in L2); a
-// persistent block walks them in the rotated rounds of static_tiles.h (bwd_launch.h picks the grid).
+// block fastest, then head, then batch (the blocks running at once share their Q and dO in L2);
+// which block takes which tile: bwd_config.h (sm90_bwd_persistent, sm90_bwd_dynamic_tiles).
 // Deterministic (bwd_dq.h): head fastest, then batch, then KV block, so that KV block j of a head,
 // which adds into each of its Q blocks after block j - 1 of that head has, is scheduled a round of
 // tiles after it instead of beside it, waiting.
@@ -14,7 +14,6 @@
 #include "common/block_range.h"
 #include "common/flash.h"
 #include "common/mask.h"
-#include "sm90/static_tiles.h"
 
 namespace flash::sm90 {
 

@@ -3,11 +3,11 @@
 //
 // Static: static_tiles.h (rounds of one index per block, rotated).
 //
-// Dynamic: the producer thread claims each next tile from a global counter (gridDim.x +
-// atomicAdd), as its current tile's last KV block loads (the backward's: its last Q block), so that
-// the tile goes to a block that is about to be free. With the costly tiles first in the order, this greedy assignment evens out the
-// last wave. The producer hands each index to the consumers through a ring of slots in shared
-// memory, each slot guarded by two mbarriers:
+// Dynamic: the producer thread claims each next tile from a global counter (gridDim.x + atomicAdd),
+// as its current tile's last KV block loads (the backward's: its last Q block), so that the tile
+// goes to a block that is about to be free. With the costly tiles first in the order, this greedy
+// assignment evens out the last wave. The producer hands each index to the consumers through a ring
+// of slots in shared memory, each slot guarded by two mbarriers:
 //   producer:  wait empty[s], write tile[s], arrive on full[s] (1 arrival)
 //   consumers: every consumer thread waits full[s], reads tile[s], arrives on empty[s]
 // s goes round the ring and each side flips its phase parity at every wrap; the producer starts at
@@ -66,7 +66,8 @@ struct ConsumerTiles;
 template <>
 struct ProducerTiles<false> : StaticTiles {
     template <class Ring>  // NoTileRing, or a TileRing that a static schedule leaves unused
-    __device__ __forceinline__ ProducerTiles(Ring &, CounterField const &, int64_t num_tiles_) : StaticTiles{num_tiles_} {}
+    __device__ __forceinline__ ProducerTiles(Ring &, CounterField const &, int64_t num_tiles_)
+        : StaticTiles{num_tiles_} {}
     __device__ __forceinline__ void claim() {}
 };
 
