@@ -77,6 +77,18 @@ def varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, extra_max_
     return [out, *grads]
 
 
+def assert_varlen_matches_reference(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, causal, seed):
+    """out, dq, dk and dv of flash_attn_varlen_func on fresh random inputs against the reference
+    run per sequence, under the numerics rule."""
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed=seed)
+    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal)
+    poison_allocator()
+    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal)
+    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
+        assert value.shape == ref.shape and value.dtype == dtype, name
+        assert_within_rule(name, value, ref, pt)
+
+
 # Per-sequence lengths, including 0, 1, one of the maximum and lengths off the block sizes.
 LENGTHS = [
     ([1, 300, 0, 77, 512], [1, 300, 0, 77, 512]),
@@ -95,13 +107,8 @@ LENGTHS = [
 def test_varlen_matches_reference(dtype, head_dim, causal, nheads, nheads_k, lengths, kernel_family):
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = LENGTHS[lengths]
-    q, k, v, dout = random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed=lengths + head_dim)
-    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal)
-    poison_allocator()
-    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal)
-    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
-        assert value.shape == ref.shape and value.dtype == dtype, name
-        assert_within_rule(name, value, ref, pt)
+    assert_varlen_matches_reference(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, causal,
+                                    seed=lengths + head_dim)
 
 
 @pytest.mark.gpu
@@ -152,12 +159,7 @@ def test_varlen_causal_backward_with_several_tiles_per_block(head_dim, kernel_fa
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = [1200, 0, 37, 600, 1], [1250, 5, 37, 580, 0]
-    q, k, v, dout = random_varlen(lengths_q, lengths_k, 12, 4, head_dim, dtype, seed=head_dim + 7)
-    expected_ref, expected_pt = reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal=True)
-    poison_allocator()
-    results = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal=True)
-    for name, value, ref, pt in zip(("out", "dq", "dk", "dv"), results, expected_ref, expected_pt):
-        assert_within_rule(name, value, ref, pt)
+    assert_varlen_matches_reference(lengths_q, lengths_k, 12, 4, head_dim, dtype, causal=True, seed=head_dim + 7)
 
 
 @pytest.mark.gpu
