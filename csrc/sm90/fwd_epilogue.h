@@ -81,14 +81,21 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
     };
     Tensor r_o = make_tensor<Element>(acc_o.layout());
     convert(acc_o, r_o);
+    // O into shared memory by stmatrix: the accumulator's 8 x 8 tiles as they are, a row's columns
+    // being contiguous in Q's K-major layout (d = 128: 8 instructions per thread, where a 32-bit
+    // store per value pair took its own swizzled address).
+    const auto store_o = [&](auto const &tiled_mma, int thread, auto const &dst) {
+        auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma);
+        auto thr = r2s.get_thread_slice(thread);
+        copy(r2s, thr.retile_S(r_o), thr.partition_D(dst));
+    };
     if constexpr (Traits::kOBuffer) {
         if (!o_buffer_first) {
             cutlass::arch::ClusterBarrier::wait(&shared.o_turns.free_for[warpgroup], o_phase);
         }
-        typename Traits::TiledMmaO64 mma_o64;
-        copy(r_o, mma_o64.get_thread_slice(wtid).partition_C(own_rows()));
+        store_o(typename Traits::TiledMmaO64{}, wtid, own_rows());
     } else {
-        copy(r_o, thr_mma_o.partition_C(sO));
+        store_o(typename Traits::TiledMmaO{}, ctid, sO);
     }
     cutlass::arch::fence_view_async_shared();  // the TMA store reads what st.shared wrote
     cutlass::arch::NamedBarrier::sync(128, barrier);
