@@ -295,20 +295,21 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 // the half of its queries). Two buffers: a warpgroup writes this one only after both
                 // have passed the barrier of the previous Q block, so after both waited for their
                 // dQ GEMM before it.
-                const auto store_ds = [&](auto first, auto count) {
-                    CUTE_UNROLL
-                    for (int i = first; i < first + count; ++i) {
-                        sDs(get<1>(tScS(i)), get<0>(tScS(i)), ds_buffer) = ds(i);
-                    }
+                // d = 256: the copy's last value mode steps 16 queries (one stmatrix.x4 each), so a
+                // warpgroup stores chunks {0, 1} (queries below 32) or {2, 3}.
+                Tensor ds_out = thr_r2s_ds.retile_S(ds);
+                Tensor ds_in = tDSsDs(_, _, _, ds_buffer);
+                const auto store_ds = [&](auto chunk) {
+                    copy(r2s_ds, ds_out(make_coord(_, chunk), _, _), ds_in(make_coord(_, chunk), _, _));
                 };
-                // Value index e + 2 h + 4 j: the first half (j < 4) holds the queries below 32.
-                constexpr int kDsHalf = decltype(size(ds))::value / 2;
                 if constexpr (!Traits::kSplitHeadDim) {
-                    copy(r2s_ds, thr_r2s_ds.retile_S(ds), tDSsDs(_, _, _, ds_buffer));
+                    copy(r2s_ds, ds_out, ds_in);
                 } else if (warpgroup == 0) {
-                    store_ds(_0{}, Int<kDsHalf>{});
+                    store_ds(_0{});
+                    store_ds(_1{});
                 } else {
-                    store_ds(Int<kDsHalf>{}, Int<kDsHalf>{});
+                    store_ds(_2{});
+                    store_ds(_3{});
                 }
                 cutlass::arch::fence_view_async_shared();
                 if constexpr (Traits::kDqSplitColumns) {
