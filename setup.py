@@ -83,18 +83,10 @@ def _dtypes():
 
 
 def _cutlass_include():
-    if os.environ.get("CUTLASS_DIR"):
-        include = pathlib.Path(os.environ["CUTLASS_DIR"]) / "include"
-    elif (ROOT / "third_party" / "cutlass" / "include").is_dir():
-        include = ROOT / "third_party" / "cutlass" / "include"
-    else:
-        spec = importlib.util.find_spec("cutlass_library")
-        if spec is None or spec.origin is None:
-            sys.exit("CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0, or set CUTLASS_DIR to a checkout")
-        include = pathlib.Path(spec.origin).parent / "source" / "include"
-    if not (include / "cute" / "tensor.hpp").exists():
-        sys.exit(f"CUTLASS headers not found in {include} (CUTLASS_DIR, third_party/cutlass or nvidia-cutlass)")
-    return include
+    try:
+        return toolchain.cutlass_include(ROOT)
+    except FileNotFoundError as error:
+        sys.exit(str(error))
 
 
 def _pip_cuda_include():

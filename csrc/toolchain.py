@@ -1,7 +1,9 @@
-"""What setup.py needs to know about the machine: the archs to compile for, and whether the CUDA
-toolkit can build for this torch. The decisions are pure functions of their inputs (tested in
+"""What setup.py needs to know about the machine: the archs to compile for, whether the CUDA
+toolkit can build for this torch, and where the CUTLASS headers are. The decisions are pure functions of their inputs (tested in
 tests/test_build.py without a GPU); the probes that gather the inputs are kept apart."""
 
+import importlib.util
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -84,3 +86,22 @@ def nvcc_release(cuda_home):
     except (OSError, subprocess.SubprocessError):
         return None
     return parse_nvcc_release(result.stdout) if result.returncode == 0 else None
+
+
+def cutlass_include(root):
+    """The CUTLASS include folder: $CUTLASS_DIR/include, root/third_party/cutlass/include, or the
+    nvidia-cutlass package's; raises FileNotFoundError saying where it looked."""
+    if os.environ.get("CUTLASS_DIR"):
+        include = Path(os.environ["CUTLASS_DIR"]) / "include"
+    elif (Path(root) / "third_party" / "cutlass" / "include").is_dir():
+        include = Path(root) / "third_party" / "cutlass" / "include"
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(
+                "CUTLASS headers not found: pip install nvidia-cutlass==4.2.0.0, or set CUTLASS_DIR to a checkout"
+            )
+        include = Path(spec.origin).parent / "source" / "include"
+    if not (include / "cute" / "tensor.hpp").exists():
+        raise FileNotFoundError(f"CUTLASS headers not found in {include} (CUTLASS_DIR, third_party/cutlass or nvidia-cutlass)")
+    return include

@@ -185,3 +185,14 @@ def test_backward_dispatch_table_entries_are_valid(head_dim, large_smem):
     # same block_m.
     assert cfg["smem_bytes"] <= (227 if large_smem else 163) * 1024
     assert cfg["block_m"] == _extension.load().bwd_kernel_config(head_dim, False)["block_m"]
+
+
+def test_cutlass_include_follows_cutlass_dir(tmp_path, monkeypatch):
+    """CUTLASS_DIR wins over the bundled and packaged headers; a folder without CuTe is named in the
+    error."""
+    monkeypatch.setenv("CUTLASS_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="CUTLASS headers not found in " + str(tmp_path / "include")):
+        toolchain.cutlass_include(ROOT)
+    (tmp_path / "include" / "cute").mkdir(parents=True)
+    (tmp_path / "include" / "cute" / "tensor.hpp").write_text("")
+    assert toolchain.cutlass_include(ROOT) == tmp_path / "include"
