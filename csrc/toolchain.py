@@ -1,6 +1,7 @@
 """What setup.py needs to know about the machine: the archs to compile for, whether the CUDA
-toolkit can build for this torch, and where the CUTLASS headers are. The decisions are pure functions of their inputs (tested in
-tests/test_build.py without a GPU); the probes that gather the inputs are kept apart."""
+toolkit can build for this torch, and where the CUTLASS headers are. The decisions are pure
+functions of their inputs (tested in tests/test_build.py without a GPU); the probes that gather the
+inputs are kept apart."""
 
 import importlib.util
 import os
@@ -103,5 +104,7 @@ def cutlass_include(root):
             )
         include = Path(spec.origin).parent / "source" / "include"
     if not (include / "cute" / "tensor.hpp").exists():
-        raise FileNotFoundError(f"CUTLASS headers not found in {include} (CUTLASS_DIR, third_party/cutlass or nvidia-cutlass)")
+        raise FileNotFoundError(
+            f"CUTLASS headers not found in {include} (CUTLASS_DIR, third_party/cutlass or nvidia-cutlass)"
+        )
     return include

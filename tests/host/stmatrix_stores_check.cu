@@ -98,7 +98,8 @@ void forward_o() {
         snprintf(name, sizeof name, "forward O, d=%d, %d-row tiles", D, BM);
         const auto view = [](Element *base) { return make_tensor(make_smem_ptr(base), typename T::SmemLayoutQ{}); };
         simulate<Element, typename T::TiledMmaO>(name, T::kNumConsumerThreads, T::kNumConsumerThreads,
-                                                 Shape<Int<BM>, Int<D>>{}, cosize_v<typename T::SmemLayoutQ>, view, all);
+                                                 Shape<Int<BM>, Int<D>>{}, cosize_v<typename T::SmemLayoutQ>, view,
+                                                 all);
     }
 }
 
@@ -109,7 +110,8 @@ void backward_ds() {
     // Warpgroup t / 128 copies chunks {0, 1} or {2, 3} where both hold S^T.
     const auto chunks = [](int t, int j) { return !T::kSplitHeadDim || j / 2 == t / 128; };
     char name[64];
-    snprintf(name, sizeof name, "backward dS^T, d=%d, %s", D, std::is_same_v<Element, cutlass::half_t> ? "fp16" : "bf16");
+    snprintf(name, sizeof name, "backward dS^T, d=%d, %s", D,
+             std::is_same_v<Element, cutlass::half_t> ? "fp16" : "bf16");
     // The (query, key, buffer) buffers seen as (key, query, buffer), as the consumer copies them.
     const auto view = [](Element *base) {
         Tensor ds = make_tensor(make_smem_ptr(base), typename T::SmemLayoutDs{});
