@@ -39,3 +39,11 @@ def test_stmatrix_stores_put_every_entry_once_in_place(tmp_path):
     out = run_host_check("stmatrix_stores_check.cu", tmp_path)
     assert out.strip().endswith("0 failures")
     assert out.count("0 misplaced, 0 of") == 10
+
+
+def test_tile_decode_matches_plain_division(tmp_path):
+    """The Hopper forward's tile decode (csrc/sm90/tile_scheduler.h) divides through multipliers
+    (csrc/common/fast_divmod.h): it must agree with / and % and map the tiles one to one, up to the
+    largest grids the family takes."""
+    out = run_host_check("tile_decode_check.cu", tmp_path)
+    assert out.strip().endswith(" 0 failures")
