@@ -15,9 +15,9 @@ struct FastDivmod {
     uint32_t shift = 0;
 
     FastDivmod() = default;
-    // d >= 1.
+    // 1 <= d < 2^31.
     explicit FastDivmod(int d) : divisor(d) {
-        while ((uint64_t(1) << shift) < uint64_t(d)) {
+        while (shift < 31 && (uint64_t(1) << shift) < uint64_t(d)) {
             ++shift;
         }
         multiplier = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(d)) / uint64_t(d) + 1);

@@ -14,7 +14,7 @@ namespace flash::sm90 {
 // Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
 // family: a TMA descriptor cannot describe them. So do dropout's probabilities (return_attn_probs),
 // which this family does not write, dropout at head dims whose KV blocks are not 64-key multiples,
-// and forwards of 2^31 tiles or more, whose indices the tile scheduler does not decode.
+// and forwards of ~2^31 tiles or more, whose indices the tile scheduler does not decode.
 namespace {
 
 bool describable(int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; }
@@ -34,7 +34,7 @@ bool supports_fwd(const Flash_fwd_params &params) {
     if (!describable_rows(params)) {
         return false;
     }
-    // Grids of 2^31 tiles or more (past any GPU's memory today) run on the FA2 family.
+    // Grids of ~2^31 tiles or more (varlen: counted at the longest sequence) run on the FA2 family.
     const int block_m = sm90_fwd_tile_config(params.head_dim, /*short_tiles=*/true).block_m;
     if (!tile_indices_fit((params.seqlen_q + block_m - 1) / block_m, params.num_heads, params.batch)) {
         return false;

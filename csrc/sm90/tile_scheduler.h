@@ -53,9 +53,10 @@ struct TileScheduler {
     }
 };
 
-// Whether a grid of num_m_blocks * num_heads * batch tiles has indices the scheduler decodes (31 bits).
+// Whether make_tile_scheduler's sizes fit in 31 bits for this grid: the tile indices, and the
+// tiles of a group of all the (batch, head) pairs plus one.
 inline bool tile_indices_fit(int num_m_blocks, int num_heads, int batch) {
-    return int64_t(num_m_blocks) * num_heads * batch <= INT32_MAX;
+    return int64_t(num_m_blocks) * (int64_t(num_heads) * batch + 1) <= INT32_MAX;
 }
 
 // Groups of about l2_budget_bytes of K and V (kv_bytes_per_pair each), in balanced sizes.

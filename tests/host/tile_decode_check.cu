@@ -82,6 +82,27 @@ int main() {
             }
         }
     }
+    // The largest grids the family takes: the scheduler's sizes stay in 31 bits (all pairs in one
+    // L2 group make a big-group divisor of num_tiles + num_m_blocks), and the last tiles decode.
+    for (int batch : {32766, 32767, 32768}) {
+        const int m_blocks = 65536, heads = 1;
+        const bool fits = flash::sm90::tile_indices_fit(m_blocks, heads, batch);
+        if (fits != (batch <= 32766) && failures++ < 5) printf("tile_indices_fit(%d, %d, %d) = %d\n", m_blocks, heads, batch, fits);
+        if (!fits) {
+            continue;
+        }
+        const TileScheduler s = flash::sm90::make_tile_scheduler(m_blocks, heads, batch, 512, 26214400);
+        for (int64_t t = s.num_tiles - 3; t < s.num_tiles; ++t) {
+            for (bool causal : {false, true}) {
+                const TileCoord c = causal ? s.coord<true>(t) : s.coord<false>(t);
+                const TileCoord want = reference_coord(causal, t, m_blocks, heads, s.group_size,
+                                                       s.big_pairs / (s.group_size + 1));
+                if ((c.m_block != want.m_block || c.bidh != want.bidh || c.bidb != want.bidb) && failures++ < 5) {
+                    printf("large grid tile %lld: (%d, %d, %d)\n", (long long)t, c.m_block, c.bidh, c.bidb);
+                }
+            }
+        }
+    }
     printf("%ld tiles, %ld failures\n", tiles, failures);
     return failures != 0;
 }
