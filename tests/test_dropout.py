@@ -68,15 +68,18 @@ def test_masks_read_through_identity_operands(head_dim, dropout_p):
     assert torch.equal(v.grad.permute(0, 2, 3, 1) != 0, expected)
 
 
-def check_against_reference(q, k, v, dout, dropout_p, causal=False, window_size=(-1, -1), softcap=0.0,
+def check_against_reference(q, k, v, dout, dropout_p, mask_seed, causal=False, window_size=(-1, -1), softcap=0.0,
                             alibi_slopes=None):
     """Forward and backward with dropout (no return_attn_probs, which the Hopper family leaves to the
     FA2 one) against the float32 reference given the Philox mask of the generator's (seed, offset),
     each within the numerics rule. The op gives lse and the rng_state; flash_attn_func, with the
-    generator set back to the same offset, the gradients."""
+    generator set back to the same offset, the gradients. The generator is seeded with mask_seed
+    first: otherwise the mask, and with it the error's margin to the rule, depended on which tests
+    ran before (benchmarks/NOTES.md, run 238)."""
     poison_allocator()
     variant = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     gen = cuda_generator(q.device)
+    gen.manual_seed(mask_seed)
     seed, offset = gen.initial_seed(), gen.get_offset()
     options = (0, 0, 1 / math.sqrt(q.shape[-1]), causal, *window_size, softcap, alibi_slopes, False, dropout_p, False)
     out, lse, rng_state, _ = _extension.ops().fwd(q, k, v, None, None, *options)
@@ -111,7 +114,7 @@ def test_dropout_matches_reference(dtype, head_dim, causal, seqlen_q, seqlen_k, 
     skip_unbuilt(head_dim, dtype)
     seed = seqlen_q + 3 * seqlen_k + head_dim
     q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 2, head_dim, dtype, seed=seed)
-    check_against_reference(q, k, v, random_dout(q, seed + 1), dropout_p, causal=causal)
+    check_against_reference(q, k, v, random_dout(q, seed + 1), dropout_p, seed, causal=causal)
 
 
 @pytest.mark.parametrize("variant", [{"window_size": (64, 32)}, {"softcap": 20.0, "causal": True},
@@ -120,7 +123,7 @@ def test_dropout_with_other_variants(variant):
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(2, 300, 257, 4, 4, head_dim, dtype, seed=5)
-    check_against_reference(q, k, v, random_dout(q, 6), 0.2, **variant)
+    check_against_reference(q, k, v, random_dout(q, 6), 0.2, 5, **variant)
 
 
 def test_dropout_with_alibi():
@@ -128,7 +131,7 @@ def test_dropout_with_alibi():
     skip_unbuilt(head_dim, dtype)
     q, k, v = random_qkv(2, 200, 200, 4, 4, head_dim, dtype, seed=8)
     slopes = torch.rand(2, 4, device="cuda") * 0.2
-    check_against_reference(q, k, v, random_dout(q, 9), 0.25, causal=True, alibi_slopes=slopes)
+    check_against_reference(q, k, v, random_dout(q, 9), 0.25, 8, causal=True, alibi_slopes=slopes)
 
 
 def test_dropout_with_more_tiles_than_sms():
@@ -138,7 +141,7 @@ def test_dropout_with_more_tiles_than_sms():
     skip_unbuilt(head_dim, dtype)
     nheads = heads_for_more_tiles_than_sms(2, 3)
     q, k, v = random_qkv(2, 200, 300, nheads, nheads, head_dim, dtype, seed=11)
-    check_against_reference(q, k, v, random_dout(q, 12), 0.15, window_size=(100, 50))
+    check_against_reference(q, k, v, random_dout(q, 12), 0.15, 11, window_size=(100, 50))
 
 
 def test_kept_fraction_within_four_sigma():
