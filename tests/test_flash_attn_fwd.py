@@ -238,17 +238,20 @@ def test_large_inputs_do_not_overflow():
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_running_max_jumps_between_kv_blocks(dtype, head_dim, causal):
-    """Each 64-key group of K lifts its scores by its own random offset of 0-25 (times a per-row
+@pytest.mark.parametrize("jump", [25, 150])
+def test_running_max_jumps_between_kv_blocks(dtype, head_dim, causal, jump):
+    """Each 64-key group of K lifts its scores by its own random offset of 0-jump (times a per-row
     factor in [0, 1]): from one KV block to the next a row's max rises by more or by less than the
     2^8 that the Hopper forward lets its running max lag before it rescales O (common/softmax.h),
-    and rows of one warp disagree about it."""
+    and rows of one warp disagree about it. At 150 (216 in log2 units) the exponentials at a lagging
+    max overflow, which the Hopper forward's step at the current max must notice and redo
+    (fwd_consumer.h)."""
     skip_unbuilt(head_dim, dtype)
     seqlen_q, seqlen_k = 300, 1100
     q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=head_dim + causal)
-    gen = torch.Generator(device="cuda").manual_seed(head_dim)
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + jump)
     groups = (seqlen_k + 63) // 64
-    offsets = 25 * torch.rand(groups, device="cuda", generator=gen)
+    offsets = jump * torch.rand(groups, device="cuda", generator=gen)
     k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * math.sqrt(head_dim)
     q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
     poison_allocator()

@@ -139,6 +139,37 @@ def test_score_mods_on_tall_tiles_match_reference(causal, seqlen_q, seqlen_k, mo
     assert_matches_reference(q, k, v, random_dout(q, 6), **variant)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("variant", [{"causal": True, "alibi": "head"}, {"softcap": 30.0},
+                                     {"causal": True, "window_size": (700, 0)},
+                                     {"window_size": (300, 200), "softcap": 8.0}])
+def test_running_max_jumps_with_variants(dtype, head_dim, variant):
+    """The Hopper forward takes a row's exponentials at its current max once the row has seen an
+    unmasked block, and redoes a block whose max outgrows it (csrc/sm90/fwd_consumer.h); here with
+    the score modifications and a window's left edge after that point. K's 64-key groups lift
+    their scores by up to 150 (times a per-row factor in [0, 1]), as in test_flash_attn_fwd.py's
+    test_running_max_jumps_between_kv_blocks. Forward only: out and lse."""
+    skip_unbuilt(head_dim, dtype)
+    seqlen_q, seqlen_k = 1100, 1300
+    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=head_dim + len(variant))
+    gen = torch.Generator(device="cuda").manual_seed(head_dim)
+    offsets = 150 * torch.rand((seqlen_k + 63) // 64, device="cuda", generator=gen)
+    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * head_dim**0.5
+    q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
+    variant = dict(variant)
+    if "alibi" in variant:
+        variant["alibi_slopes"] = alibi_slopes(variant.pop("alibi"), 2, 4, seed=head_dim)
+    poison_allocator()
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **variant)
+    out_ref, lse_ref = attention_ref(q.float(), k.float(), v.float(), **variant)
+    out_pt, _ = attention_ref(q, k, v, upcast=False, **variant)
+    assert_within_rule("out", out, out_ref, out_pt)
+    finite = lse_ref.isfinite()
+    assert torch.equal(lse.isfinite(), finite)
+    torch.testing.assert_close(lse[finite], lse_ref[finite], rtol=0, atol=1e-3)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("variant", [{}, {"window_size": (100, 50)}, {"causal": True, "window_size": (150, 0)},
                                      {"softcap": 10.0, "alibi": "head"}])

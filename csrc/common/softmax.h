@@ -32,6 +32,7 @@ struct OnlineSoftmax {
     // the quad only at the end: the per-row rescale factor is the same in all 4 lanes).
     Tensor<ArrayEngine<float, kRows>, Layout<Shape<Int<kRows>>>> row_max;
     Tensor<ArrayEngine<float, kRows>, Layout<Shape<Int<kRows>>>> row_sum;
+    float pending_sum[kRows];  // exp_at_current_max's, until committed
 
     __device__ OnlineSoftmax() {
         fill(row_max, -INFINITY);
@@ -49,6 +50,7 @@ struct OnlineSoftmax {
     // across the warp), so that a caller which scales O itself may skip the multiplies, one per
     // entry of O for every KV block.
     static constexpr float kMaxLagLog2 = 8.f;
+    static constexpr float kMaxEntry = 256.f;  // 2^kMaxLagLog2
 
     template <bool kLazyMax = false, class S, class O>
     __device__ bool update(S &&s, O &&o, float scale_log2) {
@@ -91,6 +93,39 @@ struct OnlineSoftmax {
             }
         }
         return rescale;
+    }
+
+    // Lines 9-10 at the m the rows have, without the block's row max (64 FMNMX of two issue cycles
+    // each per 64 scores, and two shuffles, all ahead of the first exponential): s <- exp(S - m),
+    // this thread's row sums kept pending. Returns whether its entries all stay within
+    // 2^kMaxLagLog2, the bound update() keeps P~ in (each row's partial sum bounds its entries,
+    // which are >= 0; a NaN fails). Where it holds for every thread whose P~ goes into one O, the
+    // caller commits the sums (commit_pending), which makes the step what update<kLazyMax> gives
+    // for a max that did not outgrow m; else it recomputes S and calls update(). A row still at
+    // m = -inf fails (its exponentials are +inf, or NaN where S is -inf too).
+    template <class S>
+    __device__ bool exp_at_current_max(S &&s, float scale_log2) {
+        static_assert(decltype(size<0>(s))::value == kRows);
+        bool within = true;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            const float m_scaled = row_max(r) * scale_log2;
+            float sum = 0.f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(s); ++c) {
+                s(r, c) = exp2f(s(r, c) * scale_log2 - m_scaled);
+                sum += s(r, c);
+            }
+            pending_sum[r] = sum;
+            within &= sum <= kMaxEntry;
+        }
+        return within;
+    }
+    __device__ void commit_pending() {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            row_sum(r) += pending_sum[r];
+        }
     }
 
     // Lines 12-13: O <- diag(l)^-1 O and L = m * scale + log(l), o a (rows, cols) view of the

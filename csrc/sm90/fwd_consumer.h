@@ -16,6 +16,7 @@
 #include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
+#include "sm90/warpgroup_vote.h"
 #include "sm90/wgmma_utils.h"
 
 namespace flash::sm90 {
@@ -136,9 +137,10 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // The lambdas are forced inline (as are all device functions here): a call between a
         // wgmma's issue and its wait makes ptxas wait for the wgmma before the call.
 
+        const float scale_log2 = kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2;
         // Lines 9-10 up to P~: mask, online softmax, P~ = exp(S - m), and dropout's masks (dropout acts
         // on the normalized P: the row sums are of P~ before it).
-        auto softmax_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
+        auto scores_of_block = [&](int n_block, auto masked) __attribute__((always_inline)) {
             if constexpr (kScoreMod) {
                 score_mod.apply(acc_s, tScS, row0, n_block * Traits::kBlockN);
             }
@@ -146,12 +148,40 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 const int col0 = n_block * Traits::kBlockN;
                 mask.apply(acc_s, tScS, row0, col0, mask.edges(wg_row0, col0, 64, Traits::kBlockN));
             }
-            fill(rescale, 1.f);
-            o_rescaled = softmax.template update</*kLazyMax=*/true>(
-                acc_s_rows, rescale, kScoreMod ? score_mod.score_scale_log2 : params.softmax_scale_log2);
+        };
+        auto dropout_masks = [&](int n_block) __attribute__((always_inline)) {
             if constexpr (kDropout) {
                 dropout_halves_of_p = dropout_halves(dropout, tScS, row0, n_block * Traits::kBlockN);
             }
+        };
+        // lazy_max false: the rows take the block's max whatever the lag (OnlineSoftmax::update).
+        auto softmax_step = [&](int n_block, auto masked, auto lazy_max) __attribute__((always_inline)) {
+            scores_of_block(n_block, masked);
+            fill(rescale, 1.f);
+            o_rescaled = softmax.template update<decltype(lazy_max)::value>(acc_s_rows, rescale, scale_log2);
+            dropout_masks(n_block);
+        };
+        // The same at the rows' current max (OnlineSoftmax::exp_at_current_max), which holds for
+        // nearly every block once the rows have seen a whole unmasked block (max_settled). Where some
+        // thread of the warpgroup has a row that outgrows it (or has seen no key yet), returns true: S
+        // is then computed again and softmax_step() takes the new max, in every warp (the GEMM is
+        // the warpgroup's). Kept to softmax_step(): the dropout kernel and d > 128, which lack the
+        // registers of a redo (312 bytes of spills in the dropout kernel at d=128, 76 in d=256's
+        // plain one), and ALiBi where rows see keys right of their diagonal: its bias grows towards
+        // the diagonal, so those blocks, visited from the last, bring a higher max each.
+        const bool at_current_max = !kDropout && Traits::kHeadDim <= 128 &&
+                                    !(kScoreMod && score_mod.alibi_slope != 0.f && mask.right() > 0);
+        bool max_settled = false;
+        auto softmax_step_at_current_max = [&](int n_block, auto masked) __attribute__((always_inline)) {
+            scores_of_block(n_block, masked);
+            const bool within = softmax.exp_at_current_max(acc_s_rows, scale_log2);
+            const bool redo = warpgroup_any(!within, uint32_t(FwdBarrier::kOwnOfWarpgroup0) + warpgroup);
+            if (!redo) {
+                softmax.commit_pending();
+                o_rescaled = false;
+                dropout_masks(n_block);
+            }
+            return redo;
         };
         // P~ in 16 bits for O += P V, with dropout's zeros.
         auto convert_p = [&]() __attribute__((always_inline)) {
@@ -188,15 +218,29 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             turns.pass();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
-            pipeline_k.consumer_release(k_state);
-            ++k_state;
-            softmax_step(n_block, masked);
+            bool redo = false;
+            if (at_current_max && max_settled) {
+                redo = softmax_step_at_current_max(n_block, masked);
+            } else {
+                softmax_step(n_block, masked, cute::true_type{});
+                max_settled = !decltype(masked)::value;
+            }
             wait_below(softmax.row_sum, &shared.softmax_fence[ctid]);
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             warpgroup_fence_operand(p);
             pipeline_v.consumer_release(v_state);
             ++v_state;
+            // K is released after the softmax, for the redo (no later for the loads: the producer
+            // issues K_{j+2} behind V_{j+1}, which waits for V_{j-1}'s release above).
+            if (redo) {
+                wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ_tile, tSrK(_, _, _, k_state.index()), acc_s);
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_s);
+                softmax_step(n_block, masked, cute::false_type{});
+            }
+            pipeline_k.consumer_release(k_state);
+            ++k_state;
             convert_p();
         };
 
@@ -229,9 +273,10 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             pipeline_k.consumer_release(k_state);
             ++k_state;
             if (needs_mask(n_block)) {
-                softmax_step(n_block, cute::true_type{});
+                softmax_step(n_block, cute::true_type{}, cute::true_type{});
             } else {
-                softmax_step(n_block, cute::false_type{});
+                softmax_step(n_block, cute::false_type{}, cute::true_type{});
+                max_settled = true;
             }
             convert_p();
 

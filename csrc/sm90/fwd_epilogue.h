@@ -46,7 +46,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
     using HeadDim = typename Traits::HeadDim;
     using BoxCols = Int<Traits::kOBoxCols>;
     const int warpgroup = ctid / 128, wtid = ctid % 128;
-    const uint32_t barrier = uint32_t(FwdBarrier::kEpilogueOfWarpgroup0) + warpgroup;
+    const uint32_t barrier = uint32_t(FwdBarrier::kOwnOfWarpgroup0) + warpgroup;
     const int row0 = tc.m_block * Traits::kBlockM;
     const int rows_left = binfo.seqlen_q - row0;      // of the tile
     const int wg_rows_left = rows_left - 64 * warpgroup;  // of this warpgroup's rows

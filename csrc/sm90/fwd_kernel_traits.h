@@ -17,8 +17,10 @@ using namespace cute;
 
 // Named barriers of the consumer warpgroups (CUTLASS offsets the ids past its reserved ones).
 enum class FwdBarrier : uint32_t {
-    kEpilogueOfWarpgroup0 = 0,  // one per consumer warpgroup, around its O's trip through shared memory
-    kTurnOfWarpgroup0 = 3,      // warpgroup_turns.h: one per consumer warpgroup
+    // One per consumer warpgroup, among its own threads: around its O's trip through shared memory
+    // (fwd_epilogue.h), and the softmax's vote (fwd_consumer.h).
+    kOwnOfWarpgroup0 = 0,
+    kTurnOfWarpgroup0 = 3,  // warpgroup_turns.h: one per consumer warpgroup
 };
 
 // The shared memory of kernels whose O goes out through Q's buffer.
@@ -53,9 +55,9 @@ struct FwdKernelTraits {
     static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * 128;
     static constexpr int kNumThreads = kNumConsumerThreads + 128;
     static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
-    // One epilogue barrier and one turn barrier per consumer warpgroup, apart, within the 16 ids
+    // One barrier of its own and one turn barrier per consumer warpgroup, apart, within the 16 ids
     // (CUTLASS's NamedBarrier adds its 8 reserved ones).
-    static_assert(uint32_t(FwdBarrier::kEpilogueOfWarpgroup0) + kNumConsumerWarpgroups <=
+    static_assert(uint32_t(FwdBarrier::kOwnOfWarpgroup0) + kNumConsumerWarpgroups <=
                       uint32_t(FwdBarrier::kTurnOfWarpgroup0) &&
                   uint32_t(FwdBarrier::kTurnOfWarpgroup0) + kNumConsumerWarpgroups +
                           cutlass::arch::NamedBarrier::ReservedNamedBarrierCount <=
