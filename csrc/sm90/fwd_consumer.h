@@ -165,12 +165,14 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // nearly every block once the rows have seen a whole unmasked block (max_settled). Where some
         // thread of the warpgroup has a row that outgrows it (or has seen no key yet), returns true: S
         // is then computed again and softmax_step() takes the new max, in every warp (the GEMM is
-        // the warpgroup's). Kept to softmax_step(): the dropout kernel and d > 128, which lack the
-        // registers of a redo (312 bytes of spills in the dropout kernel at d=128, 76 in d=256's
-        // plain one), and ALiBi where rows see keys right of their diagonal: its bias grows towards
-        // the diagonal, so those blocks, visited from the last, bring a higher max each.
-        const bool at_current_max = !kDropout && Traits::kHeadDim <= 128 &&
-                                    !(kScoreMod && score_mod.alibi_slope != 0.f && mask.right() > 0);
+        // the warpgroup's). The plain kernel at d <= 128 only (kAtCurrentMax): d = 256 lacks the
+        // registers of a redo (76 bytes of spills), and so does the dropout kernel (312 at d=128);
+        // softcap's step waits on its MUFU operations (tanh and exp2), under which the row max's
+        // FMNMX ran for free (run 248: 2-4% slower at d=64 with the vote); ALiBi's bias grows
+        // towards each row's diagonal, so where rows see keys right of it the blocks, visited from
+        // the last, bring a higher max each; and the score-mod kernel with the code of all three
+        // steps ran non-causal ALiBi, which never took the new one, 2-5% slower (run 250).
+        constexpr bool kAtCurrentMax = !kScoreMod && Traits::kHeadDim <= 128;
         bool max_settled = false;
         auto softmax_step_at_current_max = [&](int n_block, auto masked) __attribute__((always_inline)) {
             scores_of_block(n_block, masked);
@@ -179,7 +181,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             if (!redo) {
                 softmax.commit_pending();
                 o_rescaled = false;
-                dropout_masks(n_block);
             }
             return redo;
         };
@@ -219,11 +220,17 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
             bool redo = false;
-            if (at_current_max && max_settled) {
-                redo = softmax_step_at_current_max(n_block, masked);
+            if constexpr (kAtCurrentMax) {
+                if (max_settled) {
+                    redo = softmax_step_at_current_max(n_block, masked);
+                } else {
+                    softmax_step(n_block, masked, cute::true_type{});
+                    max_settled = !decltype(masked)::value;
+                }
             } else {
+                pipeline_k.consumer_release(k_state);
+                ++k_state;
                 softmax_step(n_block, masked, cute::true_type{});
-                max_settled = !decltype(masked)::value;
             }
             wait_below(softmax.row_sum, &shared.softmax_fence[ctid]);
             warpgroup_wait<0>();
@@ -231,16 +238,18 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_fence_operand(p);
             pipeline_v.consumer_release(v_state);
             ++v_state;
-            // K is released after the softmax, for the redo (no later for the loads: the producer
+            // With a redo, K is released after the softmax (no later for the loads: the producer
             // issues K_{j+2} behind V_{j+1}, which waits for V_{j-1}'s release above).
-            if (redo) {
-                wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ_tile, tSrK(_, _, _, k_state.index()), acc_s);
-                warpgroup_wait<0>();
-                warpgroup_fence_operand(acc_s);
-                softmax_step(n_block, masked, cute::false_type{});
+            if constexpr (kAtCurrentMax) {
+                if (redo) {
+                    wgmma_gemm</*kZeroInit=*/true>(mma_s, tSrQ_tile, tSrK(_, _, _, k_state.index()), acc_s);
+                    warpgroup_wait<0>();
+                    warpgroup_fence_operand(acc_s);
+                    softmax_step(n_block, masked, cute::false_type{});
+                }
+                pipeline_k.consumer_release(k_state);
+                ++k_state;
             }
-            pipeline_k.consumer_release(k_state);
-            ++k_state;
             convert_p();
         };
 
