@@ -146,9 +146,9 @@ def test_score_mods_on_tall_tiles_match_reference(causal, seqlen_q, seqlen_k, mo
                                      {"window_size": (300, 200), "softcap": 8.0}])
 def test_running_max_jumps_with_variants(dtype, head_dim, variant):
     """Large jumps of the running max with the variants: windows, whose left edge the Hopper
-    forward's plain kernel meets after its rows take their exponentials at the current max (and
-    redo a block whose max outgrows it, csrc/sm90/fwd_consumer.h), and the score modifications,
-    whose kernel keeps the exact max. K's 64-key groups lift their scores by up to 150 (times a
+    forward meets after its rows take their exponentials at the current max (and redo a block whose
+    max outgrows it, csrc/sm90/fwd_consumer.h), causal ALiBi, which takes them too, and softcap,
+    which keeps the exact max. K's 64-key groups lift their scores by up to 150 (times a
     per-row factor in [0, 1]), as in test_flash_attn_fwd.py's
     test_running_max_jumps_between_kv_blocks. Forward only: out and lse."""
     skip_unbuilt(head_dim, dtype)

@@ -165,14 +165,16 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // nearly every block once the rows have seen a whole unmasked block (max_settled). Where some
         // thread of the warpgroup has a row that outgrows it (or has seen no key yet), returns true: S
         // is then computed again and softmax_step() takes the new max, in every warp (the GEMM is
-        // the warpgroup's). The plain kernel at d <= 128 only (kAtCurrentMax): d = 256 lacks the
-        // registers of a redo (76 bytes of spills), and so does the dropout kernel (312 at d=128);
-        // softcap's step waits on its MUFU operations (tanh and exp2), under which the row max's
-        // FMNMX ran for free (run 248: 2-4% slower at d=64 with the vote); ALiBi's bias grows
-        // towards each row's diagonal, so where rows see keys right of it the blocks, visited from
-        // the last, bring a higher max each; and the score-mod kernel with the code of all three
-        // steps ran non-causal ALiBi, which never took the new one, 2-5% slower (run 250).
-        constexpr bool kAtCurrentMax = !kScoreMod && Traits::kHeadDim <= 128;
+        // the warpgroup's). At d <= 128 in the plain kernel and in the causal score-mod kernel where
+        // the problem has no softcap (at_current_max): d = 256 lacks the registers of a redo (76
+        // bytes of spills), and so does the dropout kernel (312 at d=128); softcap's step waits on
+        // its MUFU operations (tanh and exp2), under which the row max's FMNMX ran for free (run
+        // 248: 2-4% slower at d=64 with the vote); ALiBi's bias grows towards each row's diagonal,
+        // so where rows see keys right of it the blocks, visited from the last, bring a higher max
+        // each, and the non-causal score-mod kernel with the code of the steps ran those problems
+        // on the exact max 2-5% slower (run 250).
+        constexpr bool kAtCurrentMax = (!kScoreMod || (kIsCausal && !kDropout)) && Traits::kHeadDim <= 128;
+        const bool at_current_max = kAtCurrentMax && !(kScoreMod && score_mod.softcapped());
         bool max_settled = false;
         auto softmax_step_at_current_max = [&](int n_block, auto masked) __attribute__((always_inline)) {
             scores_of_block(n_block, masked);
@@ -221,7 +223,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_fence_operand(acc_s);
             bool redo = false;
             if constexpr (kAtCurrentMax) {
-                if (max_settled) {
+                if (at_current_max && max_settled) {
                     redo = softmax_step_at_current_max(n_block, masked);
                 } else {
                     softmax_step(n_block, masked, cute::true_type{});
