@@ -17,16 +17,14 @@ struct TileCoord {
 // (common/fast_divmod.h): every warp of a block decodes every tile. Tile indices fit in 31 bits
 // (tile_indices_fit; larger grids run on the FA2 family, sm90/family.cpp).
 struct TileScheduler {
-    int num_m_blocks;
-    int64_t num_tiles;  // num_m_blocks * num_heads * batch
-    FastDivmod m_blocks;  // num_m_blocks
+    int64_t num_tiles;    // num_m_blocks * num_heads * batch
+    FastDivmod m_blocks;  // num_m_blocks (1 for an empty grid, which decodes no tile)
     FastDivmod heads;     // num_heads
     // Causal: the (batch, head) pairs are taken in groups whose K and V fit in L2 together: the
     // first num_big_groups groups hold group_size + 1 pairs, the others group_size.
-    int group_size;
     int big_pairs;  // the pairs of the big groups
     int big_tiles;  // and their tiles
-    FastDivmod big_group, group;      // group_size + 1, group_size
+    FastDivmod big_group, group;              // group_size + 1, group_size
     FastDivmod big_group_tiles, group_tiles;  // times num_m_blocks
 
     // Non-causal: a (batch, head)'s row blocks are adjacent, so that the blocks running together
@@ -42,8 +40,8 @@ struct TileScheduler {
             int g, r, q;
             (big ? big_group_tiles : group_tiles)(g, r, big ? tile : tile - big_tiles);
             (big ? big_group : group)(q, bh, r);
-            bh += big ? g * (group_size + 1) : big_pairs + g * group_size;
-            m = num_m_blocks - 1 - q;
+            bh += big ? g * big_group.divisor : big_pairs + g * group.divisor;
+            m = m_blocks.divisor - 1 - q;
         } else {
             m_blocks(bh, m, tile);
         }
@@ -69,11 +67,9 @@ inline TileScheduler make_tile_scheduler(int num_m_blocks, int num_heads, int ba
     const int m = std::max(1, num_m_blocks);
     const int group_size = int(std::max<int64_t>(1, num_bh / num_groups));
     const int num_big_groups = int(num_bh % num_groups);
-    return {num_m_blocks,
-            int64_t(num_m_blocks) * num_bh,
+    return {int64_t(num_m_blocks) * num_bh,
             FastDivmod(m),
             FastDivmod(std::max(1, num_heads)),
-            group_size,
             num_big_groups * (group_size + 1),
             num_big_groups * (group_size + 1) * num_m_blocks,
             FastDivmod(group_size + 1),

@@ -66,8 +66,8 @@ int main() {
                         std::vector<char> seen(size_t(s.num_tiles), 0);
                         for (int64_t t = 0; t < s.num_tiles; ++t, ++tiles) {
                             const TileCoord c = causal ? s.coord<true>(t) : s.coord<false>(t);
-                            const TileCoord want = reference_coord(causal, t, m_blocks, heads, s.group_size,
-                                                                   s.big_pairs / (s.group_size + 1));
+                            const TileCoord want = reference_coord(causal, t, m_blocks, heads, s.group.divisor,
+                                                                   s.big_pairs / s.big_group.divisor);
                             const bool in_range = c.m_block >= 0 && c.m_block < m_blocks && c.bidh >= 0 &&
                                                   c.bidh < heads && c.bidb >= 0 && c.bidb < batch;
                             if (!in_range || c.m_block != want.m_block || c.bidh != want.bidh || c.bidb != want.bidb) {
@@ -95,8 +95,8 @@ int main() {
         for (int64_t t = s.num_tiles - 3; t < s.num_tiles; ++t) {
             for (bool causal : {false, true}) {
                 const TileCoord c = causal ? s.coord<true>(t) : s.coord<false>(t);
-                const TileCoord want = reference_coord(causal, t, m_blocks, heads, s.group_size,
-                                                       s.big_pairs / (s.group_size + 1));
+                const TileCoord want = reference_coord(causal, t, m_blocks, heads, s.group.divisor,
+                                                       s.big_pairs / s.big_group.divisor);
                 if ((c.m_block != want.m_block || c.bidh != want.bidh || c.bidb != want.bidb) && failures++ < 5) {
                     printf("large grid tile %lld: (%d, %d, %d)\n", (long long)t, c.m_block, c.bidh, c.bidb);
                 }
