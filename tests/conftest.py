@@ -79,6 +79,17 @@ def random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, see
     return q, k, v
 
 
+def lift_key_groups(q, k, jump, seed):
+    """Each 64-key group of k lifts its scores by its own random offset of 0-jump, times a per-row
+    factor in [0, 1] (q's first column): the running max of a row jumps from one KV block to the
+    next. In place; the offsets from their own seeded generator."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    seqlen_k, head_dim = k.shape[1], k.shape[-1]
+    offsets = jump * torch.rand((seqlen_k + 63) // 64, device="cuda", generator=gen)
+    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * head_dim**0.5
+    q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
+
+
 def random_dout(q, seed):
     """A gradient of the output shaped like q, from its own seeded generator."""
     gen = torch.Generator(device="cuda").manual_seed(seed)

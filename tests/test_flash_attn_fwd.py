@@ -9,6 +9,7 @@ from conftest import (
     assert_within_rule,
     dtype_id,
     grads_of,
+    lift_key_groups,
     peak_extra_bytes,
     poison_allocator,
     random_qkv,
@@ -249,11 +250,7 @@ def test_running_max_jumps_between_kv_blocks(dtype, head_dim, causal, jump):
     skip_unbuilt(head_dim, dtype)
     seqlen_q, seqlen_k = 300, 1100
     q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=head_dim + causal)
-    gen = torch.Generator(device="cuda").manual_seed(head_dim + jump)
-    groups = (seqlen_k + 63) // 64
-    offsets = jump * torch.rand(groups, device="cuda", generator=gen)
-    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * math.sqrt(head_dim)
-    q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
+    lift_key_groups(q, k, jump, seed=head_dim + jump)
     poison_allocator()
     out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
     assert_numerics_rule(out, q, k, v, causal)

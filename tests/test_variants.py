@@ -4,8 +4,9 @@ forward and backward, under the numerics rule of DESIGN.md (GPU)."""
 import pytest
 import torch
 
-from conftest import (assert_within_rule, dtype_id, grads_of, heads_for_more_tiles_than_sms, poison_allocator,
-                      random_dout, random_qkv, requires_gpu, skip_unbuilt, xfail_single_query_bf16_backward)
+from conftest import (assert_within_rule, dtype_id, grads_of, heads_for_more_tiles_than_sms, lift_key_groups,
+                      poison_allocator, random_dout, random_qkv, requires_gpu, skip_unbuilt,
+                      xfail_single_query_bf16_backward)
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.reference import attention_ref
 
@@ -148,16 +149,12 @@ def test_running_max_jumps_with_variants(dtype, head_dim, variant):
     """Large jumps of the running max with the variants: windows, whose left edge the Hopper
     forward meets after its rows take their exponentials at the current max (and redo a block whose
     max outgrows it, csrc/sm90/fwd_consumer.h), causal ALiBi, which takes them too, and softcap,
-    which keeps the exact max. K's 64-key groups lift their scores by up to 150 (times a
-    per-row factor in [0, 1]), as in test_flash_attn_fwd.py's
-    test_running_max_jumps_between_kv_blocks. Forward only: out and lse."""
+    which keeps the exact max. K's 64-key groups lift their scores by up to 150
+    (conftest.lift_key_groups). Forward only: out and lse."""
     skip_unbuilt(head_dim, dtype)
     seqlen_q, seqlen_k = 1100, 1300
     q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=head_dim + len(variant))
-    gen = torch.Generator(device="cuda").manual_seed(head_dim)
-    offsets = 150 * torch.rand((seqlen_k + 63) // 64, device="cuda", generator=gen)
-    k[..., 0] = offsets.repeat_interleave(64)[:seqlen_k, None] * head_dim**0.5
-    q[..., 0] = torch.rand(q.shape[:-1], device="cuda", generator=gen)
+    lift_key_groups(q, k, 150, seed=head_dim)
     variant = dict(variant)
     if "alibi" in variant:
         variant["alibi_slopes"] = alibi_slopes(variant.pop("alibi"), 2, 4, seed=head_dim)
