@@ -50,7 +50,7 @@ struct OnlineSoftmax {
     // across the warp), so that a caller which scales O itself may skip the multiplies, one per
     // entry of O for every KV block.
     static constexpr float kMaxLagLog2 = 8.f;
-    static constexpr float kMaxEntry = 256.f;  // 2^kMaxLagLog2
+    static constexpr float kMaxEntry = float(1 << int(kMaxLagLog2));
 
     template <bool kLazyMax = false, class S, class O>
     __device__ bool update(S &&s, O &&o, float scale_log2) {
