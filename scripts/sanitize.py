@@ -112,6 +112,20 @@ if 64 in built["head_dims"]:
     torch.cuda.synchronize()
     print("causal and window, 3 warpgroups d=64: ok")
 
+# The Hopper forward's steps at the rows' current max (csrc/sm90/fwd_consumer.h), plain and causal
+# ALiBi: 600 rows, so that a tile's warpgroups settle on the diagonal and first unmasked blocks; the
+# first 64 keys lift every score by ~40, so the last block visited overflows the partial sums and the
+# warpgroups vote and compute S again.
+for head_dim in [d for d in (64, 128) if d in built["head_dims"]]:
+    for variant in ({"causal": True}, {"causal": True, "alibi_slopes": slopes}, {}):
+        q = torch.randn(2, 600, 4, head_dim, device="cuda", dtype=dtype)
+        k = torch.randn(2, 600, 2, head_dim, device="cuda", dtype=dtype)
+        q[..., 0] = 1.0
+        k[:, :64, :, 0] = 40.0 * head_dim**0.5
+        flash_attn_func(q, k, torch.randn_like(k), **variant)
+        torch.cuda.synchronize()
+        print(f"steps at the current max, a jump in the max, d={head_dim} {sorted(variant)}: ok")
+
 # d > 128 (one Q buffer): O through a buffer of its own that the two consumer warpgroups take in
 # turn, tile after tile: several tiles per block, and varlen tails (row copies instead of the TMA).
 if max(built["head_dims"]) > 128:
