@@ -330,7 +330,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
                                     kDropout ? params.dropout_scale : 1.f);
         release_pending_q();  // a tile without KV blocks issues no S
-        fwd_epilogue<Traits>(kp, shared, binfo, tc, acc_o, lse, thr_mma_o, ctid, q_state.index(),
+        fwd_epilogue<Traits>(kp, shared, binfo, tc, row0, acc_o, lse, thr_mma_o, ctid, q_state.index(),
                              /*o_buffer_first=*/warpgroup == 0 && epilogues == 0,
                              /*o_phase=*/(warpgroup == 0 ? epilogues - 1 : epilogues) & 1);
         ++epilogues;

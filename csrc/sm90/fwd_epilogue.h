@@ -38,7 +38,7 @@ using PredicatedCopyO = decltype(make_tiled_copy(
 template <class Traits, class AccO, class Lse, class ThrMmaO>
 __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                              typename Traits::SharedStorage &shared, BlockInfo const &binfo,
-                                             TileCoord const &tc, AccO const &acc_o, Lse const &lse,
+                                             TileCoord const &tc, int row0, AccO const &acc_o, Lse const &lse,
                                              ThrMmaO const &thr_mma_o, int ctid, int q_stage, bool o_buffer_first,
                                              int o_phase) {
     using Element = typename Traits::Element;
@@ -47,11 +47,11 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
     using BoxCols = Int<Traits::kOBoxCols>;
     const int warpgroup = ctid / 128, wtid = ctid % 128;
     const uint32_t barrier = uint32_t(FwdBarrier::kOwnOfWarpgroup0) + warpgroup;
-    const int row0 = tc.m_block * Traits::kBlockM;
     const int rows_left = binfo.seqlen_q - row0;      // of the tile
+    const int wg_row0 = row0 + 64 * warpgroup;         // negative above the sequence (causal_row_shift)
     const int wg_rows_left = rows_left - 64 * warpgroup;  // of this warpgroup's rows
 
-    // L: the quad lane holding column 0 of a row writes it.
+    // L: the quad lane holding column 0 of a row of the sequence writes it.
     Tensor cO = thr_mma_o.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
     Tensor cO_rows = make_tensor(cO.data(), acc_rowcol(cO.layout()));
     float *lse_rows = kp.params.softmax_lse_ptr + binfo.lse_row0(kp.params, tc.bidh) + row0;
@@ -59,7 +59,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
         CUTE_UNROLL
         for (int r = 0; r < size(lse); ++r) {
             const int row = get<0>(cO_rows(r, 0));
-            if (row < rows_left) {
+            if (row < rows_left && row >= -row0) {
                 lse_rows[row] = lse(r);
             }
         }
@@ -102,11 +102,13 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
 
     // A varlen tile that runs past its sequence's end would have the TMA write into the next
     // sequence's rows; the padded layout's tensor ends with the sequence, and the TMA clips there.
-    if (!binfo.varlen || wg_rows_left >= 64) {
+    // Rows above the sequence (a negative start) make the TMA store fault (an illegal instruction,
+    // run 259): those rows are left out by the copy below.
+    if (wg_row0 >= 0 && (!binfo.varlen || wg_rows_left >= 64)) {
         if (wtid == 0) {
             Tensor mO = kp.tma_o.get_tma_tensor(kp.shape_o);
-            Tensor gO = local_tile(tma_sequence<true>(mO, kp.shape_o, binfo.q_start, tc.bidh, tc.bidb),
-                                   Shape<BlockM, HeadDim>{}, make_coord(tc.m_block, _0{}));
+            Tensor gO = local_tile(tma_sequence<true>(mO, kp.shape_o, binfo.q_start + row0, tc.bidh, tc.bidb),
+                                   Shape<BlockM, HeadDim>{}, make_coord(_0{}, _0{}));
             // Q's layout stacks its swizzle atoms down the rows first: a box of 64 rows by one
             // atom's columns is contiguous.
             CUTE_UNROLL
@@ -122,11 +124,11 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                 tma_store_wait<0>();  // the store has read the buffer before it is handed on
             }
         }
-    } else if (wg_rows_left > 0) {
+    } else if (wg_rows_left > 0 && wg_row0 + 64 > 0) {
         Tensor mO = binfo.q_rows<Element, Traits::kHeadDim>(kp.params.o_ptr, kp.params.o_batch_stride,
                                                              kp.params.o_row_stride, kp.params.o_head_stride, tc.bidh);
-        Tensor gO = local_tile(mO, Shape<_64, HeadDim>{},
-                               make_coord(tc.m_block * Traits::kNumConsumerWarpgroups + warpgroup, _0{}));
+        Tensor gO = local_tile(domain_offset(make_coord(wg_row0, _0{}), mO), Shape<_64, HeadDim>{},
+                               make_coord(_0{}, _0{}));
         PredicatedCopyO<Traits> copy_o;
         auto thr_copy = copy_o.get_thread_slice(wtid);
         Tensor tOsO = thr_copy.partition_S(own_rows());
@@ -134,7 +136,8 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
         Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<_64, HeadDim>{}));
         CUTE_UNROLL
         for (int m = 0; m < size<1>(tOsO); ++m) {
-            if (get<0>(tOcO(0, m, 0)) < wg_rows_left) {
+            const int row = get<0>(tOcO(0, m, 0));
+            if (row < wg_rows_left && row >= -wg_row0) {
                 copy(copy_o, tOsO(_, m, _), tOgO(_, m, _));
             }
         }

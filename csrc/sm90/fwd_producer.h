@@ -51,8 +51,8 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
         const BlockRange &n_blocks = work.n_blocks;
         const int bidh_k = tc.bidh / (params.num_heads / params.num_heads_k);
 
-        Tensor gQ = local_tile(tma_sequence<true>(mQ, kp.shape_q, binfo.q_start, tc.bidh, tc.bidb),
-                               Shape<BlockM, HeadDim>{}, make_coord(tc.m_block, _0{}));
+        Tensor gQ = local_tile(tma_sequence<true>(mQ, kp.shape_q, binfo.q_start + work.row0, tc.bidh, tc.bidb),
+                               Shape<BlockM, HeadDim>{}, make_coord(_0{}, _0{}));
         Tensor gK = local_tile(tma_sequence<true>(mK, kp.shape_k, binfo.k_start, bidh_k, tc.bidb),
                                Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
         Tensor gVt = local_tile(tma_sequence<false>(mVt, kp.shape_v, binfo.k_start, bidh_k, tc.bidb),
