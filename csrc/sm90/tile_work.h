@@ -35,7 +35,7 @@ struct TileWork {
 
 // The rows by which a causal sequence's tiles start above m_block * block_m: its last tile ends with
 // it, so that the tile that pads rows is the first, which sees the fewest keys, not the last, which
-// sees the most (d=64's 192-row tiles at 1k rows: the last tile's 64 rows in one warpgroup, its 16
+// sees the most (d=64's 192-row tiles at 1k rows: the last tile's 64 rows in one warpgroup, its 8
 // blocks without a partner in the turns; benchmarks/NOTES.md, run 260). The TMA reads rows above
 // the sequence (zeros, or a varlen sequence's predecessor), and the epilogue writes none of them. A
 // window with a left edge gives the tiles about the same keys, and keeps them where they were; so
