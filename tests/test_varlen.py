@@ -166,7 +166,9 @@ def test_varlen_causal_backward_with_several_tiles_per_block(head_dim, kernel_fa
 @requires_gpu
 def test_varlen_causal_with_a_long_sequence_matches_reference(kernel_family):
     """One sequence of 8k+ query rows puts the whole causal batch on the Hopper family's 192-row
-    tiles at d=64 (csrc/sm90/fwd_launch.h); the short and empty sequences end mid-tile."""
+    tiles at d=64 (csrc/sm90/fwd_launch.h); every sequence starts mid-tile (causal tiles end with
+    their sequence, csrc/sm90/tile_work.h), so that the rows above it, which must not be written,
+    are the previous sequence's."""
     dtype, head_dim = torch.bfloat16, 64
     skip_unbuilt(head_dim, dtype)
     lengths_q, lengths_k = [5, 8300, 0, 211], [9, 8250, 3, 300]
