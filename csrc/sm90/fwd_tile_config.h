@@ -43,8 +43,8 @@ constexpr Sm90FwdTileConfig sm90_fwd_tile_config(int head_dim, bool short_tiles)
 //   enough of them the tall tiles pay at 512-1k rows too (1k: 6-9% faster, 512: 2% on average of
 //   three noisy runs); from 2k rows on they gained 7-17% before that (run 145), whatever their count.
 // - Else the tall tiles, ~10% faster per row; the rows they pad past a sequence's end (above a
-//   causal one's start, tile_work.h) cost their warpgroup only its turns (non-causal 512-1k rows, which fill 128-row tiles but not 192-row
-//   ones: 8-10% faster on the tall tiles, run 191).
+//   causal one's start, tile_work.h) cost their warpgroup only its turns (non-causal 512-1k rows,
+//   which fill 128-row tiles but not 192-row ones: 8-10% faster on the tall tiles, run 191).
 constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, int64_t sequences, int num_sms) {
     const int tall = sm90_fwd_tile_config(head_dim, false).block_m;
     const int short_ = sm90_fwd_tile_config(head_dim, true).block_m;
