@@ -29,18 +29,26 @@ struct RowChunks {
     using Vec = cutlass::AlignedArray<Element, kElems, 16>;
     using FloatVec = cutlass::AlignedArray<float, kElems, 16>;
 
-    // This thread's row of the (batch, head) and first column (kHeadDim and past: idle).
-    __device__ static int row() { return blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow; }
+    // This thread's first column (kHeadDim and past: idle).
     __device__ static int col() { return threadIdx.x % kThreadsPerRow * kElems; }
 };
+
+// The preprocess grid: (row blocks x heads, batch), the head fastest, so that the blocks running at
+// once read whole rows of O and dO ((batch, seqlen, heads, d)) rather than one head's 2 d bytes of
+// rows heads x d apart.
+template <typename Element, int kHeadDim, int kBlockM>
+dim3 bwd_preprocess_grid(int seqlen_q, int batch, int num_heads) {
+    const int rows = cute::ceil_div(seqlen_q, kBlockM) * kBlockM;
+    return dim3(cute::ceil_div(rows, RowChunks<Element, kHeadDim>::kRowsPerBlock) * num_heads, batch);
+}
 
 template <typename Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kRowKernelThreads) flash_bwd_preprocess_kernel(const __grid_constant__ Flash_bwd_params params) {
     using Chunks = RowChunks<Element, kHeadDim>;
-    const int row = Chunks::row();
+    const int bidh = blockIdx.x % params.num_heads;
+    const int row = blockIdx.x / params.num_heads * Chunks::kRowsPerBlock + threadIdx.x / Chunks::kThreadsPerRow;
     const int col = Chunks::col();
     const int bidb = blockIdx.y;
-    const int bidh = blockIdx.z;
     const BlockInfo binfo(params, bidb);
 
     const bool active = col < kHeadDim;
