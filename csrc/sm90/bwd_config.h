@@ -27,10 +27,12 @@ constexpr int64_t sm90_bwd_semaphore_ints(int batch, int num_heads, int seqlen_q
     return int64_t(batch) * num_heads * m_blocks * sm90_bwd_dq_partials(head_dim);
 }
 
-// The shortest query length per head dim at which the Hopper backward beat the FA2 family (run 161,
-// benchmarks/NOTES.md; shorter lengths not measured): below it, a tile walks too few Q blocks to pay
-// for loading K and V and writing dK and dV. A causal tile walks half as many on average.
-constexpr int sm90_bwd_min_seqlen_q(int head_dim, bool causal) { return head_dim == 64 && causal ? 1024 : 512; }
+// The shortest query length per head dim at which the Hopper backward beats the FA2 family (run 269,
+// benchmarks/NOTES.md: both forced, 16k tokens per batch at hidden 2048, 128-2048 rows, causal or
+// not alike): at d = 64 at every length measured (1.04-1.39x from 128 rows), at d = 128 and 256 from
+// 384 rows (1.02-1.12x there; 0.85-0.98x at 128-256 rows, where a tile walks too few Q blocks to pay
+// for loading K and V and writing dK and dV). Below 128 rows not measured.
+constexpr int sm90_bwd_min_seqlen_q(int head_dim) { return head_dim <= 64 ? 128 : 384; }
 
 // Whether the Hopper backward pays: the rows a tile walks against the thresholds above. A window
 // bounded on both sides (causal: right = 0) gives every tile at most left + right + block_n rows,
@@ -40,9 +42,9 @@ constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window
     const int right = causal ? 0 : window_right;
     if (window_left != kWindowUnbounded && right != kWindowUnbounded) {
         const int64_t rows = std::min<int64_t>(seqlen_q, int64_t(window_left) + right + sm90_bwd_block_n(head_dim));
-        return rows >= sm90_bwd_min_seqlen_q(head_dim, false);
+        return rows >= sm90_bwd_min_seqlen_q(head_dim);
     }
-    return seqlen_q >= sm90_bwd_min_seqlen_q(head_dim, causal);
+    return seqlen_q >= sm90_bwd_min_seqlen_q(head_dim);
 }
 
 // Whether the deterministic backward pays here (runs 163-164, benchmarks/NOTES.md): where a tile's Q
