@@ -47,13 +47,15 @@ constexpr bool sm90_bwd_pays(int head_dim, bool causal, int seqlen_q, int window
     return seqlen_q >= sm90_bwd_min_seqlen_q(head_dim);
 }
 
-// Whether the deterministic backward pays here (runs 163-164, benchmarks/NOTES.md): where a tile's Q
-// blocks start a block of keys' worth of rows after the previous tile's (causal, or a window bounded
-// on the right), the KV block that adds next into a Q block reaches it a few steps after the one
-// before; where every tile starts at Q block 0 (right side unbounded) they follow one step apart,
-// waiting on each other at every step, and the FA2 family's deterministic backward measured faster.
-constexpr bool sm90_bwd_deterministic_pays(bool causal, int window_right) {
-    return causal || window_right != kWindowUnbounded;
+// Whether the deterministic backward pays here (runs 163-164 and 273, benchmarks/NOTES.md): where a
+// tile's Q blocks start a block of keys' worth of rows after the previous tile's (causal, or a window
+// bounded on the right), the KV block that adds next into a Q block reaches it a few steps after the
+// one before (run 273, causal: 1.08-2.25x the FA2 family's speed); where every tile starts at Q
+// block 0 (right side unbounded) they follow one step apart, waiting on each other at every step,
+// and the FA2 family's deterministic backward is faster (0.68-0.98x), except at d = 128 from 4k rows
+// (1.23-1.40x; 0.91-0.97x at 512-2k).
+constexpr bool sm90_bwd_deterministic_pays(int head_dim, bool causal, int seqlen_q, int window_right) {
+    return causal || window_right != kWindowUnbounded || (head_dim == 128 && seqlen_q >= 4096);
 }
 
 // Whether the main kernel runs one block per SM, so that a tile's K and V load and the previous

@@ -56,10 +56,10 @@ bool supports_bwd(const Flash_bwd_params &params) {
 
 // Varlen: the mean sequence length stands for the rows a tile walks (seqlen_q is the longest).
 bool bwd_pays(const Flash_bwd_params &params, bool deterministic) {
-    if (deterministic && !sm90_bwd_deterministic_pays(params.is_causal, params.window_right)) {
+    const int rows = params.cu_seqlens_q != nullptr ? params.total_q / std::max(params.batch, 1) : params.seqlen_q;
+    if (deterministic && !sm90_bwd_deterministic_pays(params.head_dim, params.is_causal, rows, params.window_right)) {
         return false;
     }
-    const int rows = params.cu_seqlens_q != nullptr ? params.total_q / std::max(params.batch, 1) : params.seqlen_q;
     return sm90_bwd_pays(params.head_dim, params.is_causal, rows, params.window_left, params.window_right);
 }
 
