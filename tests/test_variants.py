@@ -4,8 +4,8 @@ forward and backward, under the numerics rule of DESIGN.md (GPU)."""
 import pytest
 import torch
 
-from conftest import (assert_lse_within, assert_within_rule, dtype_id, grads_of, heads_for_more_tiles_than_sms, lift_key_groups,
-                      poison_allocator, random_dout, random_qkv, requires_gpu, skip_unbuilt,
+from conftest import (assert_lse_within, assert_within_rule, dtype_id, grads_of, heads_for_more_tiles_than_sms,
+                      lift_key_groups, poison_allocator, random_dout, random_qkv, requires_gpu, skip_unbuilt,
                       xfail_single_query_bf16_backward)
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.reference import attention_ref

@@ -31,7 +31,8 @@ void launch_bwd(Flash_bwd_params &params, cudaStream_t stream) {
     using Element = typename Traits::Element;
     constexpr int kHeadDim = Traits::kHeadDim;
     constexpr int kBlockM = Traits::kBlockM;
-    const dim3 grid_pre = flash::bwd_preprocess_grid<Element, kHeadDim, kBlockM>(params.seqlen_q, params.batch, params.num_heads);
+    const dim3 grid_pre =
+        flash::bwd_preprocess_grid<Element, kHeadDim, kBlockM>(params.seqlen_q, params.batch, params.num_heads);
     flash::flash_bwd_preprocess_kernel<Element, kHeadDim, kBlockM><<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
     if (cudaPeekAtLastError() != cudaSuccess) {
         return;

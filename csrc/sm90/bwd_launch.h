@@ -23,7 +23,8 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
     using Traits = flash::sm90::BwdKernelTraits<Element, kHeadDim>;
     constexpr int kBlockM = Traits::kBlockM;
     const int m_blocks = cute::ceil_div(params.seqlen_q, kBlockM);
-    const dim3 grid_pre = flash::bwd_preprocess_grid<Element, kHeadDim, kBlockM>(params.seqlen_q, params.batch, params.num_heads);
+    const dim3 grid_pre =
+        flash::bwd_preprocess_grid<Element, kHeadDim, kBlockM>(params.seqlen_q, params.batch, params.num_heads);
     flash::flash_bwd_preprocess_kernel<Element, kHeadDim, kBlockM>
         <<<grid_pre, flash::kRowKernelThreads, 0, stream>>>(params);
     if (cudaPeekAtLastError() != cudaSuccess) {
