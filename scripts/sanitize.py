@@ -4,6 +4,8 @@
 Every kernel runs: forward, backward preprocess, main and postprocess, deterministic or not; the
 packed ops write the gradient of qkv through views of one tensor."""
 
+import os
+
 import torch
 
 from flash_attn_cuda import _extension, flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func
@@ -47,6 +49,20 @@ for causal in (False, True):
     torch.cuda.synchronize()
     print(f"varlen d={head_dim} causal={causal}: ok")
 
+# Varlen whose last sequence is the shortest by Q blocks: the backward's grids span the longest
+# sequence, and the accumulator's rows end with the last sequence's last Q block, on each family.
+for head_dim in sorted({min(built["head_dims"]), max(built["head_dims"])}):
+    for family in ("sm80", "sm90"):
+        os.environ["FLASH_ATTN_CUDA_FAMILY"] = family
+        cu = torch.tensor([0, 300, 320], dtype=torch.int32, device="cuda")
+        q, k, v = (torch.randn(320, 2, head_dim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+        out = flash_attn_varlen_func(q, k, v, cu, cu, 300, 300, causal=True)
+        out.backward(torch.randn_like(out))
+        torch.cuda.synchronize()
+        print(f"varlen, the last sequence shortest, d={head_dim} family={family}: ok")
+os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)
+head_dim = max(built["head_dims"])
+
 qkv = torch.randn(2, 203, 3, 4, head_dim, device="cuda", dtype=dtype, requires_grad=True)
 out = flash_attn_qkvpacked_func(qkv, causal=True)
 out.backward(torch.randn_like(out))
@@ -73,8 +89,6 @@ for head_dim in [d for d in (64, 128) if d in built["head_dims"]]:
 
 # The variants: a window with both edges, one left-only with causal, softcap with ALiBi; each on the
 # default family (the Hopper one where built, for what it supports) and on the FA2 family forced.
-import os  # noqa: E402
-
 slopes = torch.rand(4, device="cuda")
 for forced in (None, "sm80"):
     if forced:

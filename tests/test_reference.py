@@ -61,18 +61,19 @@ def test_low_precision_reference_differs_from_upcast_one():
     assert 0 < err < 0.05
 
 
-def naive_variant_attention(q, k, v, scale, window, softcap, slopes):
+def naive_variant_attention(q, k, v, scale, window, softcap, slopes, window_seqlen_k=None):
     """Row by row in float64, with the window (left, right), softcap and ALiBi slopes (nheads,) of
     flash-attn 2.x written out per key. The window is first normalized as flash-attn's C++ entry
-    points do: a side >= seqlen_k is unbounded (-1), then an unbounded side opposite a bounded one
-    is seqlen_k."""
+    points do: a side >= seqlen_k (window_seqlen_k where given) is unbounded (-1), then an
+    unbounded side opposite a bounded one is that length."""
     batch, seqlen_q, nheads, _ = q.shape
     seqlen_k = k.shape[1]
     shift = seqlen_k - seqlen_q
+    bound = seqlen_k if window_seqlen_k is None else window_seqlen_k
     if window[0] >= 0 or window[1] >= 0:
-        window = tuple(-1 if w >= seqlen_k else w for w in window)
+        window = tuple(-1 if w >= bound else w for w in window)
         if (window[0] < 0) != (window[1] < 0):
-            window = tuple(seqlen_k if w < 0 else w for w in window)
+            window = tuple(bound if w < 0 else w for w in window)
     out = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full((batch, nheads, seqlen_q), math.inf, dtype=torch.float64)
     for b in range(batch):
@@ -105,6 +106,22 @@ def test_reference_variants_match_naive(window, seqlen_q, seqlen_k, softcap, ali
     out_naive, lse_naive = naive_variant_attention(q, k, v, 0.4, window, softcap, slopes)
     torch.testing.assert_close(out.double(), out_naive, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(lse.double(), lse_naive, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("window", [(2, -1), (3, 11), (0, 6), (1, -1)])
+def test_reference_window_normalized_with_a_given_seqlen_k(window):
+    """One sequence of a varlen batch: flash-attn normalizes the window with max_seqlen_k (here 10),
+    not with the sequence's 4 keys. The right side then ends at 10 instead of 4, which changes what
+    the sequence's 13 rows see."""
+    gen = torch.Generator().manual_seed(window[0] * 5 + window[1])
+    q, k, v = (torch.randn(1, n, 2, 8, generator=gen) for n in (13, 4, 4))
+    out, lse = attention_ref(q, k, v, softmax_scale=0.4, window_size=window, window_seqlen_k=10,
+                             compute_dtype=torch.float64)
+    out_naive, lse_naive = naive_variant_attention(q, k, v, 0.4, window, 0.0, torch.zeros(2), window_seqlen_k=10)
+    torch.testing.assert_close(out.double(), out_naive, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), lse_naive, rtol=1e-5, atol=1e-6)
+    own_out, _ = attention_ref(q, k, v, softmax_scale=0.4, window_size=window, compute_dtype=torch.float64)
+    assert not torch.equal(own_out, out)
 
 
 def test_reference_causal_is_window_right_zero():

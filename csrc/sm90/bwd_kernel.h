@@ -77,10 +77,15 @@ __global__ void __launch_bounds__(Traits::kDqThreads)
 
     const int m_block = blockIdx.x, bidh = blockIdx.y, bidb = blockIdx.z;
     const BlockInfo binfo(params, bidb);
+    const int row0 = m_block * kBlockM;
+    // The grid spans the longest sequence; a varlen sequence's accumulator rows end with its last
+    // Q block (the last sequence's with the buffer).
+    if (row0 >= binfo.seqlen_q) {
+        return;
+    }
     typename Traits::TiledMmaDQ mma_dq;
     Tensor coord = mma_dq.get_thread_slice(threadIdx.x)
                        .partition_C(make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::HeadDim>{}));
-    const int row0 = m_block * kBlockM;
     float const *partial = params.dq_accum_ptr +
                            (binfo.template accum_row0<kBlockM>(params, bidh) + row0) * kHeadDim +
                            (Traits::kDqSplitColumns ? threadIdx.x / 128 * Traits::kDqWarpgroupFloats : 0);
