@@ -435,3 +435,20 @@ def test_varlen_max_seqlen_above_the_longest_sequence(causal):
                for extra in (0, 300)]
     for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_varlen_without_query_rows_has_zero_gradients(head_dim, kernel_family):
+    """Every sequence without queries (q has no rows) while max_seqlen_q says 1: an empty output,
+    dk and dv zero, on each family (the Hopper one cannot describe an empty q to its TMA)."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [0, 0], [5, 70]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=11)
+    out, dq, dk, dv = varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal=False, extra_max_seqlen=1)
+    torch.cuda.synchronize()
+    assert out.shape == q.shape == dq.shape == (0, 4, head_dim)
+    assert torch.count_nonzero(dk) == 0 and torch.count_nonzero(dv) == 0
+    assert dk.shape == k.shape and dv.shape == v.shape

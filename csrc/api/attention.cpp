@@ -31,7 +31,10 @@ Problem checked_problem(const at::Tensor &q, const at::Tensor &k, const at::Tens
                          options.max_seqlen_k.expect_int());
 }
 
-bool empty_problem(const Problem &p) { return p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0; }
+// No query row: none in the grid, or (varlen) none in q, whatever max_seqlen_q says.
+bool empty_problem(const Problem &p) {
+    return p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0 || (p.varlen() && p.total_q == 0);
+}
 
 }  // namespace
 

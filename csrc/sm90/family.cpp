@@ -49,6 +49,12 @@ bool supports_bwd(const Flash_bwd_params &params) {
         !describable(params.do_row_stride, tma_row_extents(params).rows_q)) {
         return false;
     }
+    // Tile indices are ints (bwd_block.h; varlen: counted at the longest sequence): larger grids
+    // run on the FA2 family.
+    const int block_n = sm90_bwd_block_n(params.head_dim);
+    if (int64_t((params.seqlen_k + block_n - 1) / block_n) * params.num_heads * params.batch > INT32_MAX) {
+        return false;
+    }
     return dispatch_element(params.is_bf16, [&]<typename Element>() {
         return dispatch_head_dim<FLASH_ATTN_SM90_BWD_HDIMS>(params.head_dim, []<int>() {});
     });
