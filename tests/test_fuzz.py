@@ -64,8 +64,8 @@ def draw_case(index):
 # exactly 0, while FA2's D = rowsum(dO o O) from the 16-bit O (as flash-attn computes it) is off by
 # O's rounding (with dropout O = V / (1 - p) is not a 16-bit number); FA2's algorithm in fp32 with
 # that D alone gives 4.7-10x the standard implementation's error on their shapes (CPU model,
-# benchmarks/NOTES.md). 505, 643 and 782 miss by 2.01-2.3x on the FA2 family's backward, where
-# that model stays within the rule: not explained.
+# benchmarks/NOTES.md). 505, 643 and 782 miss by 2.01-2.3x on the FA2 family's backward, where a
+# model of all the algorithm's roundings stays within the rule on fresh draws: not explained.
 KNOWN_OVER_RULE = {
     293: "dk: a sequence with one key, D from the 16-bit O (4.7x)",
     505: "dq 2.3x, FA2 backward at d=192 with softcap, causal with fewer keys than queries",
