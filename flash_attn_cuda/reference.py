@@ -20,11 +20,10 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, window_size=(-1, -1
     window normalized as flash-attn's C++ does it (a side >= seqlen_k is unbounded; with one side
     bounded, the unbounded other is seqlen_k: it matters only where seqlen_q > seqlen_k), with
     window_seqlen_k in place of seqlen_k where given (one sequence of a varlen batch: flash-attn
-    normalizes with max_seqlen_k). A query
-    row that sees no key gets output 0 and logsumexp +inf. dropout_mask (batch, nheads, seqlen_q,
-    seqlen_k), True where kept (flash_attn_cuda.dropout), zeroes the other probabilities and
-    scales the kept ones by 1 / (1 - dropout_p). Returns (out in q's dtype, lse float32
-    (batch, nheads, seqlen_q)).
+    normalizes with max_seqlen_k). A query row that sees no key gets output 0 and logsumexp +inf.
+    dropout_mask (batch, nheads, seqlen_q, seqlen_k), True where kept (flash_attn_cuda.dropout),
+    zeroes the other probabilities and scales the kept ones by 1 / (1 - dropout_p). Returns (out in
+    q's dtype, lse float32 (batch, nheads, seqlen_q)).
     """
     dtype = q.dtype
     batch, seqlen_q, nheads, d = q.shape
