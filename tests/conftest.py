@@ -5,6 +5,7 @@ import torch
 
 from flash_attn_cuda import _extension
 from flash_attn_cuda.head_dims import kernel_head_dim
+from flash_attn_cuda.reference import attention_ref
 
 
 def gpu_skip_reason():
@@ -147,3 +148,22 @@ def xfail_single_query_bf16_backward(request):
     and seqlen_k 2), over the rule's 2x. Marked strict, so a fix shows up as a failure to update."""
     request.applymarker(pytest.mark.xfail(strict=True, reason="known bf16 backward error at seqlen_q = 1, d=128 "
                                                              "(benchmarks/NOTES.md, runs 54-57)"))
+
+
+def cu_seqlens_of(lengths, device="cuda"):
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return torch.tensor(offsets, dtype=torch.int32, device=device)
+
+
+def attention_ref_per_sequence(q, k, v, lengths_q, lengths_k, variant_of=lambda b: {}, **variant):
+    """attention_ref on each sequence of varlen q, k, v (rows split by lengths_q / lengths_k), with
+    the arguments variant and variant_of(b) for sequence b: (out (total_q, nheads, d), lse (nheads,
+    total_q)), the sequences' results concatenated as flash_attn_varlen_func lays them out."""
+    outs, lses = [], []
+    for b, (q_b, k_b, v_b) in enumerate(zip(q.split(lengths_q), k.split(lengths_k), v.split(lengths_k))):
+        out_b, lse_b = attention_ref(q_b[None], k_b[None], v_b[None], **variant, **variant_of(b))
+        outs.append(out_b[0])
+        lses.append(lse_b[0])
+    return torch.cat(outs), torch.cat(lses, dim=1)

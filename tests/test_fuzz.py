@@ -13,7 +13,8 @@ import random
 import pytest
 import torch
 
-from conftest import assert_lse_within, assert_within_rule, poison_allocator, requires_gpu, skip_unbuilt
+from conftest import (assert_lse_within, assert_within_rule, attention_ref_per_sequence, cu_seqlens_of, poison_allocator,
+                      requires_gpu, skip_unbuilt)
 from flash_attn_cuda import flash_attn_func, flash_attn_varlen_func
 from flash_attn_cuda.dropout import dropout_mask
 from flash_attn_cuda.reference import attention_ref
@@ -81,22 +82,19 @@ def reference(q, k, v, dout, case, alibi_slopes, kept, upcast):
     leaves = [(t.detach().float() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
     variant = dict(causal=case["causal"], window_size=case["window_size"], softcap=case["softcap"],
                    softmax_scale=case["softmax_scale"], dropout_p=case["dropout_p"], upcast=upcast)
-    if case["varlen"]:
-        variant["window_seqlen_k"] = max(case["lengths_k"])  # flash-attn normalizes the window with max_seqlen_k
     if not case["varlen"]:
         out, lse = attention_ref(*leaves, alibi_slopes=alibi_slopes, dropout_mask=kept, **variant)
     else:
-        splits = [t.split(lengths) for t, lengths in zip(leaves, (case["lengths_q"], case["lengths_k"],
-                                                                 case["lengths_k"]))]
-        outs, lses = [], []
-        for b, (q_b, k_b, v_b) in enumerate(zip(*splits)):
+        lengths_q, lengths_k = case["lengths_q"], case["lengths_k"]
+
+        def variant_of(b):
             slopes = None if alibi_slopes is None else alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes
-            kept_b = None if kept is None else kept[b : b + 1, :, : q_b.shape[0], : k_b.shape[0]]
-            out_b, lse_b = attention_ref(q_b[None], k_b[None], v_b[None], alibi_slopes=slopes, dropout_mask=kept_b,
-                                         **variant)
-            outs.append(out_b[0])
-            lses.append(lse_b[0])
-        out, lse = torch.cat(outs), torch.cat(lses, dim=1)
+            kept_b = None if kept is None else kept[b : b + 1, :, : lengths_q[b], : lengths_k[b]]
+            return dict(alibi_slopes=slopes, dropout_mask=kept_b)
+
+        # flash-attn normalizes a varlen window with max_seqlen_k.
+        out, lse = attention_ref_per_sequence(*leaves, lengths_q, lengths_k, variant_of,
+                                              window_seqlen_k=max(lengths_k), **variant)
     grads = torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True)
     return out.detach(), lse, [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
@@ -134,9 +132,8 @@ def test_random_case_matches_reference(index, request):
     poison_allocator()
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     if case["varlen"]:
-        cu_q, cu_k = (torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32)
-                      for lengths in (lengths_q, lengths_k))
-        result = flash_attn_varlen_func(*leaves, cu_q, cu_k, max(lengths_q), max(lengths_k),
+        result = flash_attn_varlen_func(*leaves, cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k),
+                                        max(lengths_q), max(lengths_k),
                                         return_attn_probs=with_lse, **kwargs)
     else:
         result = flash_attn_func(*leaves, return_attn_probs=with_lse, **kwargs)

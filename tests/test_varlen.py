@@ -8,6 +8,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from conftest import (
     assert_compiled_grads_equal_eager,
     assert_within_rule,
+    attention_ref_per_sequence,
+    cu_seqlens_of,
     dtype_id,
     grads_of,
     poison_allocator,
@@ -24,13 +26,6 @@ from flash_attn_cuda import _extension
 from flash_attn_cuda.checks import check_cu_seqlens_values
 from flash_attn_cuda.dropout import dropout_mask
 from flash_attn_cuda.reference import attention_ref
-
-
-def cu_seqlens_of(lengths, device="cuda"):
-    offsets = [0]
-    for n in lengths:
-        offsets.append(offsets[-1] + n)
-    return torch.tensor(offsets, dtype=torch.int32, device=device)
 
 
 def random_varlen(lengths_q, lengths_k, nheads, nheads_k, head_dim, dtype, seed):
@@ -54,12 +49,7 @@ def reference_per_sequence(q, k, v, dout, lengths_q, lengths_k, causal, variant_
     for upcast in (True, False):
         leaves = [t.detach().float().requires_grad_() if upcast else t.detach().clone().requires_grad_()
                   for t in (q, k, v)]
-        q_l, k_l, v_l = leaves
-        outs = []
-        for b, (q_b, k_b, v_b) in enumerate(zip(q_l.split(lengths_q), k_l.split(lengths_k), v_l.split(lengths_k))):
-            out_b, _ = attention_ref(q_b[None], k_b[None], v_b[None], causal=causal, upcast=upcast, **variant_of(b))
-            outs.append(out_b[0])
-        out = torch.cat(outs)
+        out, _ = attention_ref_per_sequence(*leaves, lengths_q, lengths_k, variant_of, causal=causal, upcast=upcast)
         grads = torch.autograd.grad(out, leaves, dout.float() if upcast else dout, allow_unused=True)
         grads = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
         results[upcast] = [out.detach(), *grads]
