@@ -61,18 +61,19 @@ def draw_case(index):
 
 
 # Cases of a 1024-case soak (run 288) whose gradients miss the rule on both families, with the same
-# errors. 293 and 774 have query rows that see one key: there the standard implementation's dS is
-# exactly 0, while FA2's D = rowsum(dO o O) from the 16-bit O (as flash-attn computes it) is off by
-# O's rounding (with dropout O = V / (1 - p) is not a 16-bit number); FA2's algorithm in fp32 with
+# errors. 293, 643 and 774 have query rows that see one key: there the standard implementation's dS
+# is exactly 0, while FA2's D = rowsum(dO o O) from the 16-bit O (as flash-attn computes it) is off
+# by O's rounding (with dropout O = V / (1 - p) is not a 16-bit number); FA2's algorithm in fp32 with
 # that D alone gives 4.7-10x the standard implementation's error on their shapes (CPU model,
-# benchmarks/NOTES.md). 505, 643 and 782 miss by 2.01-2.3x on the FA2 family's backward, where a
-# model of all the algorithm's roundings stays within the rule on fresh draws: not explained.
+# benchmarks/NOTES.md). 505 and 782: a CPU model of the algorithm's roundings, run on the very
+# inputs of the GPU run (run 291), has the kernel's error at the same element (2.32x and 2.01x);
+# fresh draws of their shapes stay within the rule.
 KNOWN_OVER_RULE = {
     293: "dk: a sequence with one key, D from the 16-bit O (4.7x)",
-    505: "dq 2.3x, FA2 backward at d=192 with softcap, causal with fewer keys than queries",
-    643: "dq 2.05x, FA2 backward at d=256 with dropout, causal with fewer keys than queries",
+    505: "dq 2.3x, FA2 backward at d=192 with softcap: the algorithm's roundings on these inputs",
+    643: "dq 2.05x at row 110, which sees one key (causal, fewer keys than queries): D from the 16-bit O",
     774: "dq: one key, D from the 16-bit O (the standard implementation's error is 0)",
-    782: "dq 2.01x, FA2 backward at d=96 with ALiBi and dropout",
+    782: "dq 2.01x, FA2 backward at d=96 with ALiBi and dropout: the algorithm's roundings on these inputs",
 }
 
 

@@ -442,3 +442,37 @@ def test_varlen_without_query_rows_has_zero_gradients(head_dim, kernel_family):
     assert out.shape == q.shape == dq.shape == (0, 4, head_dim)
     assert torch.count_nonzero(dk) == 0 and torch.count_nonzero(dv) == 0
     assert dk.shape == k.shape and dv.shape == v.shape
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_sequences_are_isolated_from_their_neighbours(head_dim, causal, kernel_family):
+    """NaN in one sequence's q, k, v and dout and inf in another's leave the remaining sequences'
+    outputs and gradients bitwise as they are with finite values there. A tile that ends inside a KV
+    block or a Q block covers a neighbour's rows; only zeros there keep 0 * NaN out of the GEMMs."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    lengths_q, lengths_k = [100, 37, 200, 20], [150, 60, 90, 70]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=19)
+
+    def poisoned(t, lengths):
+        t = t.clone()
+        t[lengths[0]:sum(lengths[:2])] = float("nan")
+        t[sum(lengths[:3]):] = float("inf")
+        return t
+
+    def run(q, k, v, dout):
+        return varlen_out_and_grads(q, k, v, dout, lengths_q, lengths_k, causal, deterministic=True)
+
+    clean = run(q, k, v, dout)
+    dirty = run(poisoned(q, lengths_q), poisoned(k, lengths_k), poisoned(v, lengths_k), poisoned(dout, lengths_q))
+
+    def rows_of_clean_sequences(lengths):
+        return torch.cat([torch.arange(lengths[0]), torch.arange(sum(lengths[:2]), sum(lengths[:3]))]).cuda()
+
+    rows_q, rows_k = rows_of_clean_sequences(lengths_q), rows_of_clean_sequences(lengths_k)
+    for name, a, b, rows in zip(("out", "dq", "dk", "dv"), clean, dirty, (rows_q, rows_q, rows_k, rows_k)):
+        assert torch.isfinite(b[rows]).all(), f"{name}: a neighbour's NaN or inf came in"
+        assert torch.equal(a[rows], b[rows]), name

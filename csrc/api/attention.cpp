@@ -148,22 +148,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     const auto f32 = q.options().dtype(at::kFloat);
     const at::Tensor dq_accum = at::empty({ws.dq_accum_floats}, f32);
     const at::Tensor softmax_d = at::empty({ws.softmax_d_floats}, f32);
-    at::Tensor lse_log2, dq_semaphore, schedule;
+    at::Tensor lse_log2, dq_semaphore, scratch;
     if (ws.lse_log2_floats > 0) {
         lse_log2 = at::empty({ws.lse_log2_floats}, f32);
     }
     if (ws.semaphore_ints > 0) {
         dq_semaphore = at::zeros({ws.semaphore_ints}, q.options().dtype(at::kInt));
     }
-    if (ws.schedule_bytes > 0) {
-        schedule = at::empty({ws.schedule_bytes}, q.options().dtype(at::kByte));
+    if (ws.scratch_bytes > 0) {
+        scratch = at::empty({ws.scratch_bytes}, q.options().dtype(at::kByte));
     }
     params.accum_rows = ws.accum_rows;
     params.dq_accum_ptr = dq_accum.data_ptr<float>();
     params.softmax_d_ptr = softmax_d.data_ptr<float>();
     params.softmax_lse_log2_ptr = lse_log2.defined() ? lse_log2.data_ptr<float>() : nullptr;
     params.dq_semaphore_ptr = dq_semaphore.defined() ? dq_semaphore.data_ptr<int>() : nullptr;
-    params.bwd_schedule = schedule.defined() ? schedule.data_ptr() : nullptr;
+    params.bwd_scratch = scratch.defined() ? scratch.data_ptr() : nullptr;
 
     check_launch(run_bwd(family, params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
     return finish();

@@ -118,9 +118,10 @@ struct Flash_bwd_params : Flash_fwd_params {
     // deterministic: KV block j adds into a Q block once the count there reaches j's place among
     // the KV blocks of that Q block's range (common/block_range.h). Else null.
     int *__restrict__ dq_semaphore_ptr;
-    // Global scratch memory of BwdWorkspace::schedule_bytes (the Hopper backward's tile counter),
-    // initialized by the family's launcher on its stream; null when it asked for none.
-    void *__restrict__ bwd_schedule;
+    // Global scratch memory of BwdWorkspace::scratch_bytes (the Hopper backward's tile counter and,
+    // varlen, its TMA descriptors per sequence), initialized by the family's launcher on its stream;
+    // null when it asked for none.
+    void *__restrict__ bwd_scratch;
     // Shared memory a thread block may opt in to on this GPU, in bytes: where a family has tile
     // shapes of different sizes, its launcher takes the largest that fits.
     int smem_per_block;
@@ -128,14 +129,14 @@ struct Flash_bwd_params : Flash_fwd_params {
 
 // The scratch memory a family's backward needs, which the API allocates: the sizes of the buffers
 // behind dq_accum_ptr, softmax_d_ptr, softmax_lse_log2_ptr (0: none), (when deterministic)
-// dq_semaphore_ptr, zeroed, and bwd_schedule (0: none).
+// dq_semaphore_ptr, zeroed, and bwd_scratch (0: none).
 struct BwdWorkspace {
     int accum_rows;
     int64_t dq_accum_floats;
     int64_t softmax_d_floats;
     int64_t lse_log2_floats;
     int64_t semaphore_ints;
-    int64_t schedule_bytes;
+    int64_t scratch_bytes;
 };
 
 // Softcap or ALiBi on: the families then launch their kernels with the score modification

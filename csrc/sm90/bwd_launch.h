@@ -50,11 +50,15 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
     const bool persistent =
         flash::sm90::sm90_bwd_persistent(kIsCausal, params.cu_seqlens_q != nullptr, deterministic);
     if (flash::sm90::sm90_bwd_dynamic_tiles(kIsCausal, deterministic) &&
-        cudaMemsetAsync(params.bwd_schedule, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
+        cudaMemsetAsync(params.bwd_scratch, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
         return;
     }
+    auto kp = flash::sm90::make_bwd_kernel_params<Traits>(params);
+    if (params.cu_seqlens_q != nullptr) {
+        kp.sequence_maps = flash::sm90::build_bwd_sequence_maps(kp, stream);
+    }
     kernel<<<persistent ? std::min(num_tiles, num_sms) : num_tiles, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
-        flash::sm90::make_bwd_kernel_params<Traits>(params));
+        kp);
     if (cudaPeekAtLastError() != cudaSuccess) {
         return;
     }

@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/flash.h"
+#include "sm90/sequence_tensor_maps.h"
 #include "sm90/tma_tensors.h"
 
 namespace flash::sm90 {
@@ -17,7 +18,11 @@ struct BwdKernelParams {
     typename Traits::TmaRows tma_q, tma_do;
     typename Traits::TmaKV tma_k, tma_v;
     typename Traits::ShapeRows shape_q, shape_do, shape_k, shape_v;
+    // Varlen: kBwdSequenceMaps descriptors per sequence, in BwdMap's order; else null.
+    TmaDescriptor const *sequence_maps;
 };
+
+enum BwdMap { kBwdMapQ, kBwdMapDo, kBwdMapK, kBwdMapV };
 
 template <class Traits>
 BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
@@ -44,7 +49,23 @@ BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
             lq.shape(),
             ldo.shape(),
             lk.shape(),
-            lv.shape()};
+            lv.shape(),
+            nullptr};
+}
+
+// Varlen: each sequence's descriptors of Q, dO, K and V, built on stream into params.bwd_scratch.
+template <class Traits>
+TmaDescriptor const *build_bwd_sequence_maps(BwdKernelParams<Traits> const &kp, cudaStream_t stream) {
+    using Element = typename Traits::Element;
+    Flash_bwd_params const &p = kp.params;
+    const PackedTensor tensors[kBwdSequenceMaps] = {
+        packed_tensor<Element>(kp.tma_q, p.q_ptr, p.q_row_stride, true),
+        packed_tensor<Element>(kp.tma_do, p.do_ptr, p.do_row_stride, true),
+        packed_tensor<Element>(kp.tma_k, p.k_ptr, p.k_row_stride, false),
+        packed_tensor<Element>(kp.tma_v, p.v_ptr, p.v_row_stride, false)};
+    constexpr int kRowsDim = tma_dim_of_mode<typename Traits::TmaRows, 0>;
+    constexpr int kKeysDim = tma_dim_of_mode<typename Traits::TmaKV, 0>;
+    return build_sequence_tensor_maps<kRowsDim, kRowsDim, kKeysDim, kKeysDim>(p, p.bwd_scratch, tensors, stream);
 }
 
 }  // namespace flash::sm90

@@ -4,7 +4,7 @@
 #include "common/dispatch.h"
 #include "sm90/bwd_config.h"
 #include "sm90/fwd_tile_config.h"
-#include "sm90/fwd_workspace.h"
+#include "sm90/workspace.h"
 #include "sm90/launch.h"
 #include "sm90/tile_scheduler.h"
 #include "sm90/tma_extents.h"
@@ -83,11 +83,14 @@ BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic) {
     ws.dq_accum_floats = ws.softmax_d_floats * params.head_dim;
     ws.semaphore_ints =
         deterministic ? sm90_bwd_semaphore_ints(params.batch, params.num_heads, params.seqlen_q, params.head_dim) : 0;
-    ws.schedule_bytes = sm90_bwd_dynamic_tiles(params.is_causal, deterministic) ? sizeof(TileCounter) : 0;
+    ws.scratch_bytes = workspace_size(sm90_bwd_dynamic_tiles(params.is_causal, deterministic),
+                                      varlen ? params.batch : 0, kBwdSequenceMaps);
     return ws;
 }
 
-size_t fwd_workspace_bytes(const Flash_fwd_params &params) { return fwd_workspace_size(params.is_causal); }
+size_t fwd_workspace_bytes(const Flash_fwd_params &params) {
+    return fwd_workspace_size(params.is_causal, params.cu_seqlens_q != nullptr ? params.batch : 0);
+}
 
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream) {
     return dispatch_element(params.is_bf16, [&]<typename Element>() {

@@ -14,7 +14,7 @@ namespace flash::sm90 {
 bool supports_fwd(const Flash_fwd_params &params);
 
 // Bytes of scratch memory run_fwd needs at params.fwd_workspace (causal: the tile counter of the
-// dynamic schedule; it zeroes them on its stream), 0 for none.
+// dynamic schedule, which it zeroes on its stream; varlen: TMA descriptors per sequence), 0 for none.
 size_t fwd_workspace_bytes(const Flash_fwd_params &params);
 
 // Launch the forward on stream; false if this build has no kernel for the params.

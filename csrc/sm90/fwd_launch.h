@@ -11,7 +11,7 @@
 #include "sm90/fwd_kernel_traits.h"
 #include "sm90/fwd_params.h"
 #include "sm90/fwd_tile_config.h"
-#include "sm90/fwd_workspace.h"
+#include "sm90/workspace.h"
 
 // kShortTiles: the dropout kernel's tiles, which the others take where the tall ones do not pay
 // (fwd_tile_config.h).
@@ -25,7 +25,7 @@ using Sm90FwdTraitsFor =
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms, int l2_bytes) {
     // Half of L2 for the K and V that the running tiles share; the rest for Q, O and the rest.
-    const auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
+    auto kp = flash::sm90::make_fwd_kernel_params<Traits>(params, l2_bytes / 2);
     auto kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, kScoreMod, kDropout>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
         cudaSuccess) {
@@ -36,12 +36,15 @@ void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms,
             return;
         }
     }
+    if (params.cu_seqlens_q != nullptr) {
+        kp.sequence_maps = flash::sm90::build_fwd_sequence_maps(kp, stream);
+    }
     const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
 }
 
 // Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()
-// for the caller to report. params.fwd_workspace: fwd_workspace_size(kIsCausal) bytes.
+// for the caller to report. params.fwd_workspace: fwd_workspace_size bytes (workspace.h).
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     const bool varlen = params.cu_seqlens_q != nullptr;

@@ -23,7 +23,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "common/flash.h"
-#include "sm90/fwd_workspace.h"
+#include "sm90/workspace.h"
 #include "sm90/static_tiles.h"
 
 namespace flash::sm90 {
@@ -46,7 +46,7 @@ struct TileRing {
 struct NoTileRing {};
 
 // The type of the parameter field that points at the counter (Flash_fwd_params::fwd_workspace,
-// Flash_bwd_params::bwd_schedule).
+// Flash_bwd_params::bwd_scratch).
 using CounterField = void *__restrict__;
 
 // Lane 0's value, which ptxas then knows to be the same across the warp: the tile's coordinates and
@@ -91,8 +91,10 @@ struct ProducerTiles<true> {
     __device__ __forceinline__ void claim() {
         claimed = atomicAdd(static_cast<TileCounter *>(counter), TileCounter(1));
     }
+    // The index next() will return, once the tile's claim() is made.
+    __device__ __forceinline__ int64_t peek() const { return int64_t(gridDim.x) + int64_t(claimed); }
     __device__ __forceinline__ int64_t next() {
-        const int64_t tile = warp_uniform(int64_t(gridDim.x) + int64_t(claimed), 1u);
+        const int64_t tile = warp_uniform(peek(), 1u);
         const int s = ring_slot(handed_over);
         cutlass::arch::ClusterBarrier::wait(&ring.empty[s], ring_phase(handed_over) ^ 1);
         ring.tile[s] = tile;
