@@ -56,6 +56,9 @@ void run_mha_bwd_sm90(Flash_bwd_params &params, cudaStream_t stream) {
     auto kp = flash::sm90::make_bwd_kernel_params<Traits>(params);
     if (params.cu_seqlens_q != nullptr) {
         kp.sequence_maps = flash::sm90::build_bwd_sequence_maps(kp, stream);
+        if (cudaPeekAtLastError() != cudaSuccess) {
+            return;  // without the descriptors the kernel would load through uninitialized memory
+        }
     }
     kernel<<<persistent ? std::min(num_tiles, num_sms) : num_tiles, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(
         kp);

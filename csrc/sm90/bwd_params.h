@@ -33,7 +33,8 @@ BwdKernelParams<Traits> make_bwd_kernel_params(Flash_bwd_params const &p) {
     GmemRows k{p.k_ptr, e.rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, e.batch};
     GmemRows v{p.v_ptr, e.rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, e.batch};
     if (e.rows_k <= 0) {
-        // No keys: no tile has work, but a descriptor needs a non-empty tensor.
+        // No keys: no tile has work (nor loads through the per-sequence descriptors that varlen
+        // builds from these), but a descriptor needs a non-empty tensor.
         k = v = q;
     }
     auto lq = tma_rows_layout<Traits>(q);

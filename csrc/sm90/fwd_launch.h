@@ -38,6 +38,9 @@ void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms,
     }
     if (params.cu_seqlens_q != nullptr) {
         kp.sequence_maps = flash::sm90::build_fwd_sequence_maps(kp, stream);
+        if (cudaPeekAtLastError() != cudaSuccess) {
+            return;  // without the descriptors the kernel would load through uninitialized memory
+        }
     }
     const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);

@@ -42,7 +42,8 @@ FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_
     GmemRows k{p.k_ptr, e.rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, e.batch};
     GmemRows v{p.v_ptr, e.rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, e.batch};
     if (e.rows_k <= 0) {
-        // No keys: no K or V tile is ever loaded, but a descriptor needs a non-empty tensor.
+        // No keys: no K or V tile is ever loaded (nor through the per-sequence descriptors that
+        // varlen builds from these), but a descriptor needs a non-empty tensor.
         k = v = q;
     }
 

@@ -87,7 +87,8 @@ struct ProducerTiles<true> {
     __device__ __forceinline__ ProducerTiles(TileRing &ring_, CounterField const &counter_, int64_t)
         : ring(ring_), counter(counter_) {}
     __device__ __forceinline__ int64_t first() const { return blockIdx.x; }
-    // Once per tile, before next(): the atomic's result is first read there.
+    // Once per tile, before next(): the atomic's result is first read there, or by peek() at the
+    // end of a varlen tile (fwd_producer.h), after the tile's last loads.
     __device__ __forceinline__ void claim() {
         claimed = atomicAdd(static_cast<TileCounter *>(counter), TileCounter(1));
     }
