@@ -137,8 +137,7 @@ class SequenceTensorMaps {
     __device__ __forceinline__ void acquire(int t, int bidb) {
         if (acquired_[t] != bidb) {
             acquired_[t] = bidb;
-            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(maps_ + bidb * kTensors + t)
-                         : "memory");
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(map(t, bidb)) : "memory");
         }
     }
 
@@ -148,10 +147,12 @@ class SequenceTensorMaps {
             return packed;
         }
         acquire(t, bidb);
-        return maps_ + bidb * kTensors + t;
+        return map(t, bidb);
     }
 
   private:
+    __device__ TmaDescriptor const *map(int t, int bidb) const { return maps_ + bidb * kTensors + t; }
+
     TmaDescriptor const *maps_;
     int acquired_[kTensors];
 };

@@ -26,10 +26,13 @@ constexpr size_t kTensorMapBytes = 128;
 constexpr int kFwdSequenceMaps = 1;
 constexpr int kBwdSequenceMaps = 4;
 
+// Where the descriptors start in a workspace: the counter has the first slot.
+constexpr size_t kSequenceMapsOffset = kTensorMapBytes;
+
 // Bytes for the counter (when the schedule is dynamic) and maps_per_sequence descriptors of each of
 // varlen_sequences (0: not varlen). The counter is zeroed by the launchers before every kernel.
 constexpr size_t workspace_size(bool counter, int varlen_sequences, int maps_per_sequence) {
-    return varlen_sequences > 0 ? kTensorMapBytes * (1 + size_t(varlen_sequences) * maps_per_sequence)
+    return varlen_sequences > 0 ? kSequenceMapsOffset + kTensorMapBytes * size_t(varlen_sequences) * maps_per_sequence
            : counter            ? sizeof(TileCounter)
                                 : 0;
 }
@@ -37,8 +40,5 @@ constexpr size_t workspace_size(bool counter, int varlen_sequences, int maps_per
 constexpr size_t fwd_workspace_size(bool is_causal, int varlen_sequences) {
     return workspace_size(dynamic_tiles(is_causal), varlen_sequences, kFwdSequenceMaps);
 }
-
-// Where the descriptors start in a workspace.
-constexpr size_t kSequenceMapsOffset = kTensorMapBytes;
 
 }  // namespace flash::sm90
