@@ -21,6 +21,10 @@ namespace flash::sm90 {
 
 using cute::TmaDescriptor;
 
+// The workspace is sized in kTensorMapBytes per descriptor (workspace.h); the kernels index it
+// by the type.
+static_assert(sizeof(TmaDescriptor) == kTensorMapBytes);
+
 // The TMA dimension that coordinate mode kMode of a TMA copy's tensor feeds: the j of the basis E<j>
 // that make_tma_copy gave the mode.
 template <class Basis>
@@ -130,7 +134,7 @@ class SequenceTensorMaps {
     __device__ bool per_sequence() const { return maps_ != nullptr; }
 
     // The TMA row of a sequence's first row: 0 in its own descriptor, else its row in the packed one.
-    __device__ int first_row(int packed_row) const { return maps_ != nullptr ? 0 : packed_row; }
+    __device__ int first_row(int packed_row) const { return per_sequence() ? 0 : packed_row; }
 
     // Acquires sequence bidb's descriptor of tensor t (per_sequence() only). t: a constant, so that
     // the sequences acquired stay in registers.
