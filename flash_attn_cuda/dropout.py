@@ -19,12 +19,16 @@ def _mulhilo(a, b):
     return ((p_hi >> 16) + (mid >> 32)) & _MASK32, mid & _MASK32
 
 
-def philox4x32_10(counter, key):
-    """Philox4x32-10 (Salmon et al., SC 2011) on int64 tensors holding 32-bit words: counter a
+# The rounds of the mask's Philox calls (kDropoutPhiloxRounds, csrc/common/dropout.h).
+MASK_PHILOX_ROUNDS = 7
+
+
+def philox4x32(counter, key, rounds):
+    """Philox4x32-R (Salmon et al., SC 2011) on int64 tensors holding 32-bit words: counter a
     tuple of 4 tensors, key a pair of ints; returns the 4 output words."""
     c0, c1, c2, c3 = counter
     k0, k1 = key
-    for _ in range(10):
+    for _ in range(rounds):
         hi0, lo0 = _mulhilo(_MUL[0], c0)
         hi1, lo1 = _mulhilo(_MUL[1], c2)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
@@ -86,8 +90,8 @@ def dropout_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p, dev
     high = (b * nheads + h) * (1 << 26) + i
     shape = torch.broadcast_shapes(low.shape, high.shape)
     low, high = low.expand(shape), high.expand(shape)
-    words = philox4x32_10((low & _MASK32, low >> 32, high & _MASK32, high >> 32),
-                          (seed & _MASK32, (seed >> 32) & _MASK32))
+    words = philox4x32((low & _MASK32, low >> 32, high & _MASK32, high >> 32),
+                       (seed & _MASK32, (seed >> 32) & _MASK32), MASK_PHILOX_ROUNDS)
     # number k = 4 rh + 2 kh + e lives in word 2 rh + kh, half e: dims (b, h, I, C, g, r, c, rh, kh, e).
     stacked = torch.stack(words, dim=-1).view(*shape, 2, 2)
     numbers = torch.stack((stacked & 0xFFFF, stacked >> 16), dim=-1)

@@ -1,27 +1,45 @@
 """The plain-torch dropout mask (flash_attn_cuda.dropout) that the GPU tests compare the kernels'
-with: Philox4x32-10 against the published known-answer vectors, and the mask's statistics and
+with: Philox4x32 at 7 and 10 rounds against the published known-answer vectors, and the mask's statistics and
 layout rules (CPU)."""
 
 import pytest
 import torch
 
 from flash_attn_cuda import _extension
-from flash_attn_cuda.dropout import dropout_mask, keep_count, keep_rule, philox4x32_10
+from flash_attn_cuda.dropout import (MASK_PHILOX_ROUNDS, dropout_mask, keep_count, keep_rule, kept_numbers,
+                                     philox4x32)
 from flash_attn_cuda.reference import attention_ref
 
-# Random123's known-answer vectors for philox4x32_10: (counter, key, output).
+# Random123's known-answer vectors for philox4x32: (rounds, counter, key, output).
 KAT = [
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+    (7, (0, 0, 0, 0), (0, 0), (0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48)),
+    (7, (0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662)),
+    (7, (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0x4DFCCABA, 0x190A87F0, 0xC47362BA, 0xB6B5242A)),
+    (10, (0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    (10, (0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (10, (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
      (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
 ]
 
 
-@pytest.mark.parametrize("counter,key,expected", KAT)
-def test_philox_known_answers(counter, key, expected):
-    out = philox4x32_10(tuple(torch.tensor([c], dtype=torch.int64) for c in counter), key)
+@pytest.mark.parametrize("rounds,counter,key,expected", KAT)
+def test_philox_known_answers(rounds, counter, key, expected):
+    out = philox4x32(tuple(torch.tensor([c], dtype=torch.int64) for c in counter), key, rounds)
     assert tuple(o.item() for o in out) == expected
+
+
+def test_mask_draws_seven_round_words():
+    """The mask's numbers are Philox4x32-7's (the kernels' kDropoutPhiloxRounds): the call at counter
+    (0, 0, 0, 0) gives rows 0 and 8, keys 0, 1, 32 and 33 of (b, h) = (0, 0) at offset 0, number
+    4 (row half) + 2 (key half) + e in half e of word 2 (row half) + (key half)."""
+    assert MASK_PHILOX_ROUNDS == 7
+    zero = torch.zeros(1, dtype=torch.int64)
+    words = philox4x32((zero, zero, zero, zero), (5, 0), 7)
+    numbers = torch.tensor([(w.item() >> (16 * e)) & 0xFFFF for w in words for e in range(2)])
+    mask = dropout_mask(5, 0, 1, 1, 9, 34, 0.5)[0, 0]
+    entries = torch.stack([mask[row, key + e] for row in (0, 8) for key in (0, 32) for e in range(2)])
+    assert torch.equal(entries, kept_numbers(numbers, 0.5))
 
 
 @pytest.mark.parametrize("dropout_p", [0.1, 0.5, 0.9])

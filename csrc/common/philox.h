@@ -1,5 +1,5 @@
-// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a
-// counter-based generator, 128 random bits from a 128-bit counter and a 64-bit key in ten rounds,
+// Philox4x32-R (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a
+// counter-based generator, 128 random bits from a 128-bit counter and a 64-bit key in R rounds,
 // with nothing stored between calls. The constants are the paper's.
 #pragma once
 
@@ -25,11 +25,12 @@ __host__ __device__ __forceinline__ void mul_hi_lo(uint32_t a, uint32_t b, uint3
 #endif
 }
 
-__host__ __device__ __forceinline__ PhiloxBits philox4x32_10(PhiloxBits ctr, uint32_t key0, uint32_t key1) {
+template <int kRounds>
+__host__ __device__ __forceinline__ PhiloxBits philox4x32(PhiloxBits ctr, uint32_t key0, uint32_t key1) {
     constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
     constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 #pragma unroll
-    for (int round = 0; round < 10; ++round) {
+    for (int round = 0; round < kRounds; ++round) {
         uint32_t hi0, lo0, hi1, lo1;
         mul_hi_lo(kMul0, ctr.x, hi0, lo0);
         mul_hi_lo(kMul1, ctr.z, hi1, lo1);
