@@ -167,7 +167,8 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // is then computed again and softmax_step() takes the new max, in every warp (the GEMM is
         // the warpgroup's). At d <= 128 in the plain kernel and in the causal score-mod kernel where
         // the problem has no softcap (at_current_max): d = 256 lacks the registers of a redo (76
-        // bytes of spills), and so does the dropout kernel (312 at d=128); softcap's step waits on
+        // bytes of spills); the dropout kernel's redo spills at d=128 (44 bytes) and fits at d=64,
+        // where the steps at the current max were 4-8% slower (run 305); softcap's step waits on
         // its MUFU operations (tanh and exp2), under which the row max's FMNMX ran for free (run
         // 248: 2-4% slower at d=64 with the vote); ALiBi's bias grows towards each row's diagonal,
         // so where rows see keys right of it the blocks, visited from the last, bring a higher max
