@@ -212,31 +212,53 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 // The variants: with dropout (mask Z, scale z) the forward's output was (z Z o P) V, so
                 // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
                 // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
-                // (common/score_mod.h), for which t must live until dP^T is in.
+                // (common/score_mod.h). At d = 64, t and P^T are made under the dP^T GEMM, as the plain
+                // path's P^T is, and 1 - t^2 is kept until dP^T is in; d = 128 lacks the registers for
+                // that (52 bytes of spills, 264 in the deterministic kernel), so it waits for dP^T first
+                // and folds 1 - t^2 into it at once.
                 const auto read_keep = [&] {
                     dropout_bytes_sync();
                     return read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
                 };
                 if (kVariants && score_mod.softcapped()) {
-                    warpgroup_wait<0>();
-                    warpgroup_fence_operand(acc_s);
-                    warpgroup_fence_operand(acc_dp);
+                    constexpr bool kSlopeUnderDp = Traits::kHeadDim <= 64;
                     DropoutKeep keep{};
-                    if (dropout_on) {
-                        keep = read_keep();
-                        CUTE_UNROLL
-                        for (int i = 0; i < size(acc_dp); ++i) {
-                            acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                    const auto dp_of_kept = [&] {  // z Z o dP^T
+                        warpgroup_fence_operand(acc_dp);
+                        if (dropout_on) {
+                            keep = read_keep();
+                            CUTE_UNROLL
+                            for (int i = 0; i < size(acc_dp); ++i) {
+                                acc_dp(i) = keep.kept(i) ? acc_dp(i) * params.dropout_scale : 0.f;
+                            }
                         }
+                    };
+                    warpgroup_wait<kSlopeUnderDp ? 1 : 0>();
+                    warpgroup_fence_operand(acc_s);
+                    if constexpr (!kSlopeUnderDp) {
+                        dp_of_kept();
                     }
+                    Tensor tanh_slope = make_tensor<float>(acc_s.layout());
                     CUTE_UNROLL
                     for (int i = 0; i < size(acc_s); ++i) {
                         const float t = tanhf(acc_s(i) * score_mod.tanh_prescale);
                         acc_s(i) = t;
-                        acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * (1.f - t * t);
+                        if constexpr (kSlopeUnderDp) {
+                            tanh_slope(i) = fmaf(-t, t, 1.f);
+                        } else {
+                            acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * (1.f - t * t);
+                        }
                     }
                     score_mod.template add_bias</*kTransposed=*/true>(acc_s, tScS, row0, col0);
                     p_from_scores(score_mod.score_scale_log2);
+                    if constexpr (kSlopeUnderDp) {
+                        warpgroup_wait<0>();
+                        dp_of_kept();
+                        CUTE_UNROLL
+                        for (int i = 0; i < size(acc_dp); ++i) {
+                            acc_dp(i) = (acc_dp(i) - dot_do_o[get<1>(tScS(i))]) * tanh_slope(i);
+                        }
+                    }
                     CUTE_UNROLL
                     for (int i = 0; i < size(acc_dp); ++i) {
                         acc_dp(i) *= acc_s(i);
