@@ -212,10 +212,10 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 // The variants: with dropout (mask Z, scale z) the forward's output was (z Z o P) V, so
                 // dV takes Z o P (z applied to dV at the end) and dS = P o (z Z o dP - D); with softcap
                 // (S^T holding t = tanh(...)), dS also takes softcap's derivative 1 - t^2
-                // (common/score_mod.h). At d = 64, t and P^T are made under the dP^T GEMM, as the plain
-                // path's P^T is, and 1 - t^2 is kept until dP^T is in; d = 128 lacks the registers for
-                // that (52 bytes of spills, 264 in the deterministic kernel), so it waits for dP^T first
-                // and folds 1 - t^2 into it at once.
+                // (common/score_mod.h). At d = 64, t and P^T are made before the dP^T wait, as the plain
+                // path's P^T is, and 1 - t^2 is kept until dP^T is in (run 311: 2% off at 4k-16k); d = 128
+                // lacks the registers for that (52 bytes of spills, 264 in the deterministic kernel), so
+                // it waits for dP^T first and folds 1 - t^2 into it at once.
                 const auto read_keep = [&] {
                     dropout_bytes_sync();
                     return read_dropout_bytes(dropout_bytes(ds_buffer), tScS, key0);
