@@ -72,7 +72,7 @@ def check_against_reference(q, k, v, dout, dropout_p, mask_seed, causal=False, w
                             alibi_slopes=None):
     """Forward and backward with dropout (no return_attn_probs, which the Hopper family leaves to the
     FA2 one) against the float32 reference given the Philox mask of the generator's (seed, offset),
-    each within the numerics rule. The op gives lse and the rng_state; flash_attn_func, with the
+    each within the numerics rule; dout None: the forward alone. The op gives lse and the rng_state; flash_attn_func, with the
     generator set back to the same offset, the gradients. The generator is seeded with mask_seed
     first: otherwise the mask, and with it the error's margin to the rule, depended on which tests
     ran before (benchmarks/NOTES.md, run 238)."""
@@ -84,22 +84,24 @@ def check_against_reference(q, k, v, dout, dropout_p, mask_seed, causal=False, w
     options = (0, 0, 1 / math.sqrt(q.shape[-1]), causal, *window_size, softcap, alibi_slopes, False, dropout_p, False)
     out, lse, rng_state, _ = _extension.ops().fwd(q, k, v, None, None, *options)
     assert rng_state.tolist() == [seed, offset]
-    gen.set_offset(offset)
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out_again = flash_attn_func(*leaves, dropout_p=dropout_p, **variant)
-    assert torch.equal(out_again, out)
-    grads = torch.autograd.grad(out_again, leaves, dout)
     kept = dropout_mask(seed, offset, q.shape[0], q.shape[2], q.shape[1], k.shape[1], dropout_p, device="cuda")
 
     def reference(upcast):
         inputs = [(t.detach().float() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
         o, l = attention_ref(*inputs, upcast=upcast, dropout_p=dropout_p, dropout_mask=kept, **variant)
-        return o, l, torch.autograd.grad(o, inputs, dout.to(o.dtype))
+        return o, l, (torch.autograd.grad(o, inputs, dout.to(o.dtype)) if dout is not None else ())
 
     ref_out, ref_lse, ref_grads = reference(upcast=True)
     pt_out, _, pt_grads = reference(upcast=False)
     assert_within_rule("out", out, ref_out, pt_out)
     assert_lse_within(lse, ref_lse)
+    if dout is None:
+        return
+    gen.set_offset(offset)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out_again = flash_attn_func(*leaves, dropout_p=dropout_p, **variant)
+    assert torch.equal(out_again, out)
+    grads = torch.autograd.grad(out_again, leaves, dout)
     for name, g, g_ref, g_pt in zip(("dq", "dk", "dv"), grads, ref_grads, pt_grads):
         assert_within_rule(name, g, g_ref, g_pt)
 
@@ -135,23 +137,11 @@ def test_dropout_running_max_jumps(head_dim, causal):
     (common/softmax.h), with the masks of their blocks. (A dropout kernel at the rows' current max,
     which redoes a block whose max outgrows it, passed this and was not kept: benchmarks/NOTES.md,
     run 305.) Forward: out and lse against the reference with the Philox mask."""
-    dtype, dropout_p = torch.bfloat16, 0.3
+    dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
-    seqlen_q, seqlen_k = 300, 1100
-    q, k, v = random_qkv(2, seqlen_q, seqlen_k, 4, 4, head_dim, dtype, seed=head_dim + causal + 40)
+    q, k, v = random_qkv(2, 300, 1100, 4, 4, head_dim, dtype, seed=head_dim + causal + 40)
     lift_key_groups(q, k, 150, seed=head_dim)
-    gen = cuda_generator(q.device)
-    gen.manual_seed(head_dim + causal)
-    seed, offset = gen.initial_seed(), gen.get_offset()
-    poison_allocator()
-    options = (0, 0, 1 / math.sqrt(head_dim), causal, -1, -1, 0.0, None, False, dropout_p, False)
-    out, lse, _, _ = _extension.ops().fwd(q, k, v, None, None, *options)
-    kept = dropout_mask(seed, offset, 2, 4, seqlen_q, seqlen_k, dropout_p, device="cuda")
-    out_ref, lse_ref = attention_ref(q.float(), k.float(), v.float(), causal=causal, dropout_p=dropout_p,
-                                     dropout_mask=kept)
-    out_pt, _ = attention_ref(q, k, v, upcast=False, causal=causal, dropout_p=dropout_p, dropout_mask=kept)
-    assert_within_rule("out", out, out_ref, out_pt)
-    assert_lse_within(lse, lse_ref)
+    check_against_reference(q, k, v, None, 0.3, head_dim + causal, causal=causal)
 
 
 @pytest.mark.parametrize("variant", [{"window_size": (64, 32)}, {"softcap": 20.0, "causal": True},

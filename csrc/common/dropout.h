@@ -24,8 +24,8 @@ namespace flash {
 
 // Seven rounds, the fewest with which Philox4x32 passes TestU01's BigCrush (Salmon et al., Table 2;
 // Random123 publishes known answers for it), as flash-attn 2.x and SDPA's flash dropout draw theirs.
-// Ten (the paper's default margin) made the mask ~6.5 instructions per entry, which the forward
-// pays on an SM that issues most cycles (runs 173-176, 211-214); seven make it ~5.
+// Ten (the paper's default margin) made the mask ~6.4 instructions per entry, which the forward
+// pays on an SM that issues most cycles (runs 173-176, 211-214); seven make it ~4.8.
 inline constexpr int kDropoutPhiloxRounds = 7;
 
 struct DropoutRng {
@@ -50,7 +50,8 @@ struct DropoutRng {
     }
     __device__ uint64_t counter_high(int row) const { return sequence + uint64_t(row >> 4); }
     __device__ PhiloxBits bits_at(uint64_t low, uint64_t high) const {
-        return philox4x32<kDropoutPhiloxRounds>({uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}, key0, key1);
+        return philox4x32<kDropoutPhiloxRounds>(
+            {uint32_t(low), uint32_t(low >> 32), uint32_t(high), uint32_t(high >> 32)}, key0, key1);
     }
 
     // 0xFFFF in each half of word whose number's float16 is below the threshold: the kept halves
