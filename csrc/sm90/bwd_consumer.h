@@ -14,6 +14,7 @@
 #include "sm90/bwd_block.h"
 #include "sm90/bwd_dq.h"
 #include "sm90/bwd_dropout.h"
+#include "sm90/bwd_key_rows_out.h"
 #include "sm90/bwd_params.h"
 #include "sm90/warpgroup_turns.h"
 #include "sm90/wgmma_utils.h"
@@ -21,23 +22,6 @@
 namespace flash::sm90 {
 
 using namespace cute;
-
-// rows x cols accumulator entries (identity coordinates coord) of a (keys, head dim) tile out to a
-// row-major global tensor, scaled, keys from key0 on, those at or past seqlen_k dropped.
-template <class Element, class Acc, class Coord>
-__device__ __forceinline__ void store_key_rows(Acc const &acc, Coord const &coord, float scale, Element *ptr,
-                                               int64_t row_stride, int key0, int seqlen_k) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {  // entries 2i and 2i + 1: adjacent columns of one row
-        const int key = key0 + get<0>(coord(i));
-        if (key < seqlen_k) {
-            cutlass::NumericArrayConverter<Element, float, 2> to_element;
-            const cutlass::Array<float, 2> pair{acc(i) * scale, acc(i + 1) * scale};
-            *reinterpret_cast<cutlass::Array<Element, 2> *>(ptr + key * row_stride + get<1>(coord(i))) =
-                to_element(pair);
-        }
-    }
-}
 
 template <class Traits, bool kIsCausal, bool kVariants, bool kDeterministic>
 __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, typename Traits::SharedStorage &shared,
@@ -122,6 +106,9 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
         }
     };
 
+    // kDeferredDqAdd: a Q block's staged dQ partial is reduced once the next block's S^T and dP^T are
+    // issued, under them (the deterministic turns keep their order; d = 256 adds from registers).
+    constexpr bool kDeferredDqAdd = Traits::kDqStaged && !kDeterministic;
     // Carried from tile to tile: the pipelines' stages, the dS^T (and dropout) buffer, the dQ staging.
     const DqReduction<Traits, kDeterministic> dq_out(shared, warpgroup, ctid % 128);
     typename Traits::PipelineState q_state, do_state;
@@ -159,10 +146,6 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
                 write_dropout_bytes(dropout, dropout_bytes(ds_buffer), m_blocks.begin * Traits::kBlockM, col0 + key0,
                                     ctid % 128);
             }
-            // kDeferredDqAdd: a Q block's staged dQ partial is reduced once the next block's S^T and
-            // dP^T are issued, under them (the deterministic turns keep their order; d = 256 adds
-            // from registers).
-            constexpr bool kDeferredDqAdd = Traits::kDqStaged && !kDeterministic;
             const auto last_dq_buffer = [&] {
                 return (dq_buffer + Traits::kDqStagingBuffers - 1) % Traits::kDqStagingBuffers;
             };
@@ -387,12 +370,28 @@ __device__ __forceinline__ void bwd_consumer(BwdKernelParams<Traits> const &kp, 
             binfo.k_offset(params.dk_batch_stride, params.dk_row_stride) + int64_t(block.bidh) * params.dk_head_stride;
         const int64_t head_v =
             binfo.k_offset(params.dv_batch_stride, params.dv_row_stride) + int64_t(block.bidh) * params.dv_head_stride;
-        store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale,
-                       static_cast<Element *>(params.dk_ptr) + head_k + dkv_col0, params.dk_row_stride, col0,
-                       binfo.seqlen_k);
-        store_key_rows(acc_dv, tdKVcdKV, dropout_on ? params.dropout_scale : 1.f,
-                       static_cast<Element *>(params.dv_ptr) + head_v + dkv_col0, params.dv_row_stride, col0,
-                       binfo.seqlen_k);
+        Element *dk = static_cast<Element *>(params.dk_ptr) + head_k + dkv_col0;
+        Element *dv = static_cast<Element *>(params.dv_ptr) + head_v + dkv_col0;
+        const float dv_scale = dropout_on ? params.dropout_scale : 1.f;
+        if constexpr (Traits::kDqStaged) {
+            // Staged through this warpgroup's dQ staging buffer that the next Q block's partial goes
+            // to, once the reductions that read it have: all but the tile's last (two buffers), or
+            // all. dK's rows have left it before dV's come in; the next stage() waits at the same
+            // barrier before writing it. dk and dv are 16-byte aligned rows (api/checks.cpp).
+            constexpr int kReductionsLeft = kDeferredDqAdd ? Traits::kDqStagingBuffers - 1 : 0;
+            Tensor staging = key_rows_staging<Traits::kHeadDim, 2 * Traits::kDqWarpgroupFloats>(
+                reinterpret_cast<Element *>(dq_out.template borrow<kReductionsLeft>(kDeferredDqAdd ? dq_buffer : 0)));
+            const auto sync = [&] { dq_out.sync(); };
+            store_key_rows_staged<Traits::kHeadDim>(mma_dkv, score_thread, acc_dk, params.softmax_scale, staging, sync,
+                                                    warpgroup, ctid % 128, dk, params.dk_row_stride, col0,
+                                                    binfo.seqlen_k);
+            sync();
+            store_key_rows_staged<Traits::kHeadDim>(mma_dkv, score_thread, acc_dv, dv_scale, staging, sync, warpgroup,
+                                                    ctid % 128, dv, params.dv_row_stride, col0, binfo.seqlen_k);
+        } else {
+            store_key_rows(acc_dk, tdKVcdKV, params.softmax_scale, dk, params.dk_row_stride, col0, binfo.seqlen_k);
+            store_key_rows(acc_dv, tdKVcdKV, dv_scale, dv, params.dv_row_stride, col0, binfo.seqlen_k);
+        }
     }
     dq_out.finish();
 }

@@ -175,6 +175,17 @@ struct DqReduction {
         }
     }
 
+    // Staging buffer `buffer` (of both warpgroups: this one's at its offset kDqWarpgroupFloats) as
+    // free space for this warpgroup, once this thread's bulk reductions but the kReductionsLeft
+    // latest have read their sources. Called by every thread of the warpgroup.
+    template <int kReductionsLeft>
+    __device__ __forceinline__ float *borrow(int buffer) const {
+        bulk_wait_read_if<kReductionsLeft>(thread == 0);
+        sync();
+        return staging - warpgroup * Traits::kDqWarpgroupFloats +
+               buffer * Traits::kDqWarpgroupFloats * Traits::kNumConsumerWarpgroups;
+    }
+
     // The 128 threads of this warpgroup.
     __device__ __forceinline__ void sync() const {
         cutlass::arch::NamedBarrier::sync(128, uint32_t(BwdBarrier::kDqStagingOfWarpgroup0) + warpgroup);
