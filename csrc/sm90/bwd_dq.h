@@ -175,9 +175,10 @@ struct DqReduction {
         }
     }
 
-    // Staging buffer `buffer` (of both warpgroups: this one's at its offset kDqWarpgroupFloats) as
-    // free space for this warpgroup, once this thread's bulk reductions but the kReductionsLeft
-    // latest have read their sources. Called by every thread of the warpgroup.
+    // Staging buffer `buffer` as free space for this warpgroup, once this thread's bulk reductions
+    // but the kReductionsLeft latest have read their sources. Returns the buffer's start, which is
+    // warpgroup 0's region: warpgroup w may use only the kDqWarpgroupFloats floats from w times that
+    // on. Called by every thread of the warpgroup.
     template <int kReductionsLeft>
     __device__ __forceinline__ float *borrow(int buffer) const {
         bulk_wait_read_if<kReductionsLeft>(thread == 0);
