@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
+#include "sm90/smem_rows.h"
 #include "sm90/wgmma_utils.h"
 
 namespace flash::sm90 {
@@ -43,10 +44,10 @@ __device__ __forceinline__ auto key_rows_staging(Element *base) {
 }
 
 // Through shared memory: the accumulator into the staging tile by stmatrix, then each row's
-// 16-byte chunks to global memory (whole rows per warp instruction, where store_key_rows' 4-byte
-// stores left half of each 32-byte sector to a later instruction; they cost 16-24% of the short and
-// windowed backward, run 315). acc is scaled in place. The caller has made the staging tile free;
-// sync is this warpgroup's barrier. ptr and the row stride: 16-byte aligned.
+// 16-byte chunks to global memory (128 contiguous bytes of a row per warp instruction, where
+// store_key_rows' 4-byte stores left half of each 32-byte sector to a later instruction; they cost
+// 16-24% of the short and windowed backward, run 315). acc is scaled in place. The caller has made
+// the staging tile free; sync is this warpgroup's barrier. ptr and the row stride: 16-byte aligned.
 template <int kHeadDim, class Element, class TiledMma, class Acc, class Staging, class Sync>
 __device__ __forceinline__ void store_key_rows_staged(TiledMma const &mma, int mma_thread, Acc &acc, float scale,
                                                       Staging &staging, Sync const &sync, int warpgroup, int thread,
@@ -57,18 +58,20 @@ __device__ __forceinline__ void store_key_rows_staged(TiledMma const &mma, int m
         acc(i) *= scale;
     }
     convert(acc, out);
-    auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma);
-    auto thr_r2s = r2s.get_thread_slice(mma_thread);
-    copy(r2s, thr_r2s.retile_S(out), thr_r2s.partition_D(staging));
+    store_acc_by_stmatrix(mma, mma_thread, out, staging);
     sync();
-    constexpr int kChunksPerRow = kHeadDim * sizeof(Element) / 16;
+    Tensor own_rows = staging(make_coord(_, warpgroup), _);  // (64, kHeadDim)
+    Tensor rows = make_tensor(make_gmem_ptr(ptr + int64_t(key0 + warpgroup * 64) * row_stride),
+                              make_layout(Shape<_64, Int<kHeadDim>>{}, make_stride(row_stride, _1{})));
+    RowChunkCopy<Element, kHeadDim> copy_rows;
+    auto thr_copy = copy_rows.get_thread_slice(thread);
+    Tensor src = thr_copy.partition_S(own_rows);
+    Tensor dst = thr_copy.partition_D(rows);
+    Tensor coord = thr_copy.partition_D(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
     CUTE_UNROLL
-    for (int q = thread; q < 64 * kChunksPerRow; q += 128) {
-        const int row = q / kChunksPerRow, col = q % kChunksPerRow * (16 / sizeof(Element));
-        const int key = key0 + warpgroup * 64 + row;
-        const uint4 chunk = *reinterpret_cast<uint4 const *>(&staging(make_coord(row, warpgroup), col));
-        if (key < seqlen_k) {
-            *reinterpret_cast<uint4 *>(ptr + key * row_stride + col) = chunk;
+    for (int m = 0; m < size<1>(src); ++m) {
+        if (key0 + warpgroup * 64 + get<0>(coord(0, m, 0)) < seqlen_k) {
+            copy(copy_rows, src(_, m, _), dst(_, m, _));
         }
     }
 }

@@ -11,29 +11,19 @@
 // 512-1k rows (benchmarks/NOTES.md, run 204).
 #pragma once
 
-#include <numeric>
-
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "common/block_info.h"
 #include "sm90/fwd_kernel_traits.h"
 #include "sm90/fwd_params.h"
+#include "sm90/smem_rows.h"
 #include "sm90/tile_scheduler.h"
 #include "sm90/wgmma_utils.h"
 
 namespace flash::sm90 {
 
 using namespace cute;
-
-// 16-byte row chunks of a warpgroup's (64, kHeadDim) rows spread over its 128 threads, for the
-// rows the TMA must not write.
-template <class Traits>
-using PredicatedCopyO = decltype(make_tiled_copy(
-    Copy_Atom<UniversalCopy<cute::uint128_t>, typename Traits::Element>{},
-    make_layout(make_shape(Int<128 / std::gcd(Traits::kHeadDim / 8, 8)>{}, Int<std::gcd(Traits::kHeadDim / 8, 8)>{}),
-                LayoutRight{}),
-    Layout<Shape<_1, _8>>{}));
 
 template <class Traits, class AccO, class Lse, class ThrMmaO>
 __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
@@ -81,21 +71,16 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
     };
     Tensor r_o = make_tensor<Element>(acc_o.layout());
     convert(acc_o, r_o);
-    // O into shared memory by stmatrix: the accumulator's 8 x 8 tiles as they are, a row's columns
-    // being contiguous in Q's K-major layout (d = 128: 8 instructions per thread, where a 32-bit
-    // store per value pair took its own swizzled address).
-    const auto store_o = [&](auto const &tiled_mma, int thread, auto const &dst) {
-        auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma);
-        auto thr = r2s.get_thread_slice(thread);
-        copy(r2s, thr.retile_S(r_o), thr.partition_D(dst));
-    };
+    // O into shared memory by stmatrix, a row's columns being contiguous in Q's K-major layout (d =
+    // 128: 8 instructions per thread, where a 32-bit store per value pair took its own swizzled
+    // address).
     if constexpr (Traits::kOBuffer) {
         if (!o_buffer_first) {
             cutlass::arch::ClusterBarrier::wait(&shared.o_turns.free_for[warpgroup], o_phase);
         }
-        store_o(typename Traits::TiledMmaO64{}, wtid, own_rows());
+        store_acc_by_stmatrix(typename Traits::TiledMmaO64{}, wtid, r_o, own_rows());
     } else {
-        store_o(typename Traits::TiledMmaO{}, ctid, sO);
+        store_acc_by_stmatrix(typename Traits::TiledMmaO{}, ctid, r_o, sO);
     }
     cutlass::arch::fence_view_async_shared();  // the TMA store reads what st.shared wrote
     cutlass::arch::NamedBarrier::sync(128, barrier);
@@ -129,7 +114,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                                              kp.params.o_row_stride, kp.params.o_head_stride, tc.bidh);
         Tensor gO = local_tile(domain_offset(make_coord(wg_row0, _0{}), mO), Shape<_64, HeadDim>{},
                                make_coord(_0{}, _0{}));
-        PredicatedCopyO<Traits> copy_o;
+        RowChunkCopy<Element, Traits::kHeadDim> copy_o;
         auto thr_copy = copy_o.get_thread_slice(wtid);
         Tensor tOsO = thr_copy.partition_S(own_rows());
         Tensor tOgO = thr_copy.partition_D(gO);
