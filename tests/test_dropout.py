@@ -72,10 +72,10 @@ def check_against_reference(q, k, v, dout, dropout_p, mask_seed, causal=False, w
                             alibi_slopes=None):
     """Forward and backward with dropout (no return_attn_probs, which the Hopper family leaves to the
     FA2 one) against the float32 reference given the Philox mask of the generator's (seed, offset),
-    each within the numerics rule; dout None: the forward alone. The op gives lse and the rng_state; flash_attn_func, with the
-    generator set back to the same offset, the gradients. The generator is seeded with mask_seed
-    first: otherwise the mask, and with it the error's margin to the rule, depended on which tests
-    ran before (benchmarks/NOTES.md, run 238)."""
+    each within the numerics rule; dout None: the forward alone. The op gives lse and the rng_state;
+    flash_attn_func, with the generator set back to the same offset, the gradients. The generator is
+    seeded with mask_seed first: otherwise the mask, and with it the error's margin to the rule,
+    depended on which tests ran before (benchmarks/NOTES.md, run 238)."""
     poison_allocator()
     variant = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     gen = cuda_generator(q.device)

@@ -1,6 +1,6 @@
 """The plain-torch dropout mask (flash_attn_cuda.dropout) that the GPU tests compare the kernels'
-with: Philox4x32 at 7 and 10 rounds against the published known-answer vectors, and the mask's statistics and
-layout rules (CPU)."""
+with: Philox4x32 at 7 and 10 rounds against the published known-answer vectors, and the mask's
+statistics and layout rules (CPU)."""
 
 import pytest
 import torch
