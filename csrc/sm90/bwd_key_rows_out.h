@@ -60,20 +60,10 @@ __device__ __forceinline__ void store_key_rows_staged(TiledMma const &mma, int m
     convert(acc, out);
     store_acc_by_stmatrix(mma, mma_thread, out, staging);
     sync();
-    Tensor own_rows = staging(make_coord(_, warpgroup), _);  // (64, kHeadDim)
-    Tensor rows = make_tensor(make_gmem_ptr(ptr + int64_t(key0 + warpgroup * 64) * row_stride),
+    const int first_key = key0 + warpgroup * 64;
+    Tensor rows = make_tensor(make_gmem_ptr(ptr + int64_t(first_key) * row_stride),
                               make_layout(Shape<_64, Int<kHeadDim>>{}, make_stride(row_stride, _1{})));
-    RowChunkCopy<Element, kHeadDim> copy_rows;
-    auto thr_copy = copy_rows.get_thread_slice(thread);
-    Tensor src = thr_copy.partition_S(own_rows);
-    Tensor dst = thr_copy.partition_D(rows);
-    Tensor coord = thr_copy.partition_D(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(src); ++m) {
-        if (key0 + warpgroup * 64 + get<0>(coord(0, m, 0)) < seqlen_k) {
-            copy(copy_rows, src(_, m, _), dst(_, m, _));
-        }
-    }
+    copy_rows_between<Element, kHeadDim>(thread, staging(make_coord(_, warpgroup), _), rows, 0, seqlen_k - first_key);
 }
 
 }  // namespace flash::sm90

@@ -114,18 +114,7 @@ __device__ __forceinline__ void fwd_epilogue(FwdKernelParams<Traits> const &kp,
                                                              kp.params.o_row_stride, kp.params.o_head_stride, tc.bidh);
         Tensor gO = local_tile(domain_offset(make_coord(wg_row0, _0{}), mO), Shape<_64, HeadDim>{},
                                make_coord(_0{}, _0{}));
-        RowChunkCopy<Element, Traits::kHeadDim> copy_o;
-        auto thr_copy = copy_o.get_thread_slice(wtid);
-        Tensor tOsO = thr_copy.partition_S(own_rows());
-        Tensor tOgO = thr_copy.partition_D(gO);
-        Tensor tOcO = thr_copy.partition_D(make_identity_tensor(Shape<_64, HeadDim>{}));
-        CUTE_UNROLL
-        for (int m = 0; m < size<1>(tOsO); ++m) {
-            const int row = get<0>(tOcO(0, m, 0));
-            if (row < wg_rows_left && row >= -wg_row0) {
-                copy(copy_o, tOsO(_, m, _), tOgO(_, m, _));
-            }
-        }
+        copy_rows_between<Element, Traits::kHeadDim>(wtid, own_rows(), gO, -wg_row0, wg_rows_left);
     }
     if constexpr (Traits::kOBuffer) {
         cutlass::arch::ClusterBarrier::arrive(&shared.o_turns.free_for[1 - warpgroup]);
