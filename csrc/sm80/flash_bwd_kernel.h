@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             CUTE_UNROLL
             for (int a = 0; a < kAdds; ++a) {
                 if (a * parts / kAdds == part) {
-                    atomic_add4(dq_tile + dq_accum_index<Traits::kNThreads>(4 * a, tidx),
-                                make_float4(acc_dq(4 * a), acc_dq(4 * a + 1), acc_dq(4 * a + 2), acc_dq(4 * a + 3)));
+                    red_add4(dq_tile + dq_accum_index<Traits::kNThreads>(4 * a, tidx),
+                             make_float4(acc_dq(4 * a), acc_dq(4 * a + 1), acc_dq(4 * a + 2), acc_dq(4 * a + 3)));
                 }
             }
         };

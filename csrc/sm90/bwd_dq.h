@@ -20,6 +20,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "common/block_range.h"
+#include "common/global_reduce.h"
 #include "common/turn_counter.h"
 #include "sm90/bwd_kernel_traits.h"
 
@@ -94,8 +95,7 @@ struct DqReduction {
             }
             CUTE_UNROLL
             for (int i = 0; i < size(acc_dq); i += 2) {
-                atomicAdd(reinterpret_cast<float2 *>(partial + dq_staging_index(i, thread)),
-                          make_float2(acc_dq(i), acc_dq(i + 1)));
+                red_add2(partial + dq_staging_index(i, thread), acc_dq(i), acc_dq(i + 1));
             }
             return;
         }
