@@ -110,7 +110,7 @@ echo "================ summary ================"
 grep -E "FAILED|Error" "$LOG/tests.log" 2>/dev/null | head -20
 [ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
 [ -f "$LOG/host_overhead.log" ] && cat "$LOG/host_overhead.log"
-[ -f "$LOG/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory" "$LOG/bench.log"
+[ -f "$LOG/bench.log" ] && grep -E "^(fwd|bwd|fwd_bwd) |^dir|peak memory|^record:" "$LOG/bench.log"
 [ -f "$LOG/bench_variants.log" ] && sed -n '/^variant /,$p' "$LOG/bench_variants.log"
 printf '%s\n' "${summary[@]}"
 exit $failed
