@@ -163,33 +163,34 @@ def peak_memory(impl, direction, seqlen=16384, head_dim=128, nheads=16):
             "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
 
 
-def recorded_tflops():
-    """{(direction, dtype, hdim, causal, seqlen, impl): TFLOPs/s} of results/attn_h100.json as it was
-    before this run (a --json run rewrites it row by row)."""
+def attn_cell(r):
+    return (r["direction"], r["dtype"], f"d={r['hdim']}", f"causal={r['causal']}", f"seqlen={r['seqlen']}")
+
+
+def recorded_speeds():
+    """{(cell, impl): TFLOPs/s} of results/attn_h100.json as it was before this run (a --json run
+    rewrites it row by row)."""
     path = RESULTS / "attn_h100.json"
     if not path.exists():
         return {}
-    return {(r["direction"], r["dtype"], r["hdim"], r["causal"], r["seqlen"], r["impl"]): r["tflops"]
-            for r in json.loads(path.read_text())}
+    return {(attn_cell(r), r["impl"]): r["tflops"] for r in json.loads(path.read_text())}
 
 
-def against_record(rows, recorded, drop=0.05):
-    """Lines naming the cells where our speed fell more than `drop` below the recorded row's, taken
-    relative to SDPA flash's own change where both were measured (so that a slower machine or
+def against_record(now, recorded, peers, ours="flash_attn_cuda", drop=0.05):
+    """now, recorded: {(cell, impl): speed}, cell a tuple naming the problem, speed the higher the
+    faster. Lines naming each cell where ours fell more than `drop` below its record, taken
+    relative to the change of the first of `peers` measured in both (so that a slower machine or
     clock is not reported as ours)."""
-    now = {(r["direction"], r["dtype"], r["hdim"], r["causal"], r["seqlen"], r["impl"]): r["tflops"] for r in rows}
     lines = []
-    for key, ours in sorted(now.items()):
-        if key[-1] != "flash_attn_cuda" or key not in recorded:
+    for (cell, impl), speed in sorted(now.items()):
+        if impl != ours or (cell, impl) not in recorded:
             continue
-        flash = key[:-1] + ("sdpa_flash",)
-        machine = now[flash] / recorded[flash] if flash in now and flash in recorded else 1.0
-        change = ours / recorded[key] / machine
+        machine = next((now[cell, p] / recorded[cell, p] for p in peers if (cell, p) in now and (cell, p) in recorded),
+                       1.0)
+        change = speed / recorded[cell, impl] / machine
         if change < 1 - drop:
-            direction, dtype, hdim, causal, seqlen, _ = key
-            lines.append(f"record: {direction} {dtype} d={hdim} causal={causal} seqlen={seqlen}: ours "
-                         f"{recorded[key]:.1f} -> {ours:.1f} TFLOPs/s, {change:.2f}x the record "
-                         f"(SDPA flash {machine:.2f}x its own)")
+            lines.append(f"record: {' '.join(map(str, cell))}: ours {change:.2f}x its recorded speed "
+                         f"(the peer {machine:.2f}x its own)")
     return lines
 
 
@@ -242,7 +243,7 @@ def main():
     causals = [c.strip().lower() == "true" for c in args.causal.split(",")]
     meta = metadata()
     print(meta)
-    recorded = recorded_tflops()
+    recorded = recorded_speeds()
     rows = []
     cells = [(direction, dtype, hdim, causal, seqlen, impl) for direction in args.directions.split(",")
              for dtype in args.dtypes.split(",") for hdim in (int(h) for h in args.hdims.split(","))
@@ -266,7 +267,7 @@ def main():
     if args.json:
         save(rows, meta)
     print_table(rows)
-    for line in against_record(rows, recorded):
+    for line in against_record({(attn_cell(r), r["impl"]): r["tflops"] for r in rows}, recorded, ["sdpa_flash"]):
         print(line)
 
 

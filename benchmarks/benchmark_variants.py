@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmark_attn import DTYPES, HIDDEN, TOKENS, forced_sm80, metadata, time_ms
+from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, time_ms
 from flash_attn_cuda import flash_attn_func
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -122,6 +122,18 @@ def make_call_sm80(attend, q, k, v, direction):
     return lambda: forced_sm80(call)
 
 
+def variants_cell(r):
+    return (r["of"], r["variant"], r["direction"], f"d={r['hdim']}", f"seqlen={r['seqlen']}")
+
+
+def recorded_speeds():
+    """{(cell, impl): 1 / ms} of results/variants_h100.json before this run (--json rewrites it)."""
+    path = RESULTS / "variants_h100.json"
+    if not path.exists():
+        return {}
+    return {(variants_cell(r), r["impl"]): 1 / r["ms"] for r in json.loads(path.read_text())["rows"]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hdims", default="64,128")
@@ -132,6 +144,7 @@ def main():
     args = parser.parse_args()
     meta = metadata()
     print(meta)
+    recorded = recorded_speeds()
     rows = []
     cells = [(d, h, s, var) for var in args.variants.split(",") for d in args.directions.split(",")
              for h in map(int, args.hdims.split(",")) for s in map(int, args.seqlens.split(","))]
@@ -177,6 +190,9 @@ def main():
               f"{ratio(t.get(('flash_attn_cuda', 'none'))):>7} {ratio(t.get(('flash_attn_cuda_sm80', variant))):>7} "
               f"{ratio(t.get(('flex', variant))):>7} {ratio(t.get(('sdpa_efficient', variant))):>10} "
               f"{ratio(t.get(('sdpa_flash', variant))):>9}")
+    for line in against_record({(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}, recorded,
+                               ["flex", "sdpa_flash"]):
+        print(line)
 
 
 if __name__ == "__main__":
