@@ -169,28 +169,29 @@ def attn_cell(r):
 
 def recorded_speeds():
     """{(cell, impl): TFLOPs/s} of results/attn_h100.json as it was before this run (a --json run
-    rewrites it row by row)."""
-    path = RESULTS / "attn_h100.json"
-    if not path.exists():
+    rewrites it row by row; a run killed mid-write leaves no record)."""
+    try:
+        rows = json.loads((RESULTS / "attn_h100.json").read_text())
+        return {(attn_cell(r), r["impl"]): r["tflops"] for r in rows}
+    except (OSError, ValueError, KeyError):
         return {}
-    return {(attn_cell(r), r["impl"]): r["tflops"] for r in json.loads(path.read_text())}
 
 
-def against_record(now, recorded, peers, ours="flash_attn_cuda", drop=0.05):
+def against_record(now, recorded, peers, ours="flash_attn_cuda", drop=0.05, peer_cell=lambda cell: cell):
     """now, recorded: {(cell, impl): speed}, cell a tuple naming the problem, speed the higher the
     faster. Lines naming each cell where ours fell more than `drop` below its record, taken
-    relative to the change of the first of `peers` measured in both (so that a slower machine or
-    clock is not reported as ours)."""
+    relative to the change of the first of `peers` measured in both at peer_cell(cell) (so that a
+    slower machine or clock is not reported as ours); without such a peer, the bare change."""
     lines = []
     for (cell, impl), speed in sorted(now.items()):
         if impl != ours or (cell, impl) not in recorded:
             continue
-        machine = next((now[cell, p] / recorded[cell, p] for p in peers if (cell, p) in now and (cell, p) in recorded),
-                       1.0)
-        change = speed / recorded[cell, impl] / machine
+        at = peer_cell(cell)
+        machine = next((now[at, p] / recorded[at, p] for p in peers if (at, p) in now and (at, p) in recorded), None)
+        change = speed / recorded[cell, impl] / (machine or 1.0)
         if change < 1 - drop:
-            lines.append(f"record: {' '.join(map(str, cell))}: ours {change:.2f}x its recorded speed "
-                         f"(the peer {machine:.2f}x its own)")
+            peer = f"the peer {machine:.2f}x its own" if machine else "no peer measured in both runs"
+            lines.append(f"record: {' '.join(map(str, cell))}: ours {change:.2f}x its recorded speed ({peer})")
     return lines
 
 

@@ -127,11 +127,18 @@ def variants_cell(r):
 
 
 def recorded_speeds():
-    """{(cell, impl): 1 / ms} of results/variants_h100.json before this run (--json rewrites it)."""
-    path = RESULTS / "variants_h100.json"
-    if not path.exists():
+    """{(cell, impl): 1 / ms} of results/variants_h100.json before this run (--json rewrites it; a run
+    killed mid-write leaves no record)."""
+    try:
+        rows = json.loads((RESULTS / "variants_h100.json").read_text())["rows"]
+        return {(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}
+    except (OSError, ValueError, KeyError):
         return {}
-    return {(variants_cell(r), r["impl"]): 1 / r["ms"] for r in json.loads(path.read_text())["rows"]}
+
+
+def variant_peer_cell(cell):
+    """The peers' cell of one of ours: the variant's own (for our `none` row too)."""
+    return (cell[0], cell[0]) + cell[2:]
 
 
 def main():
@@ -191,7 +198,7 @@ def main():
               f"{ratio(t.get(('flex', variant))):>7} {ratio(t.get(('sdpa_efficient', variant))):>10} "
               f"{ratio(t.get(('sdpa_flash', variant))):>9}")
     for line in against_record({(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}, recorded,
-                               ["flex", "sdpa_flash"]):
+                               ["flex", "sdpa_flash"], peer_cell=variant_peer_cell):
         print(line)
 
 

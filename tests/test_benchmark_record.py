@@ -35,3 +35,13 @@ def test_small_changes_and_unrecorded_cells_pass():
     assert benchmark_attn.against_record({(CELL, "flash_attn_cuda"): 290.0, (other, "flash_attn_cuda"): 1.0},
                                          recorded, ["sdpa_flash"]) == []
     assert benchmark_attn.against_record({(CELL, "flash_attn_cuda"): 280.0}, recorded, ["sdpa_flash"]) != []
+
+
+def test_the_peer_may_sit_at_another_cell():
+    none_cell, variant_cell = ("window", "none", "fwd"), ("window", "window", "fwd")
+    recorded = {(none_cell, "flash_attn_cuda"): 10.0, (variant_cell, "flex"): 5.0}
+    now = {(none_cell, "flash_attn_cuda"): 8.0, (variant_cell, "flex"): 4.0}
+    peer_cell = lambda cell: (cell[0], cell[0]) + cell[2:]  # noqa: E731
+    assert benchmark_attn.against_record(now, recorded, ["flex"], peer_cell=peer_cell) == []
+    lines = benchmark_attn.against_record(now, recorded, ["flex"])
+    assert len(lines) == 1 and "no peer" in lines[0]

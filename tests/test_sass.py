@@ -25,7 +25,8 @@ def find_cuobjdump():
 
 @pytest.fixture(scope="module")
 def kernels():
-    """{mangled kernel name: its SASS} of every kernel in the built extension."""
+    """{(arch, mangled kernel name): its SASS} of every kernel in the built extension (a kernel is
+    built once per arch of FLASH_ATTN_CUDA_ARCHS)."""
     if not _extension.is_built():
         pytest.skip("the extension is not built")
     tool = find_cuobjdump()
@@ -33,29 +34,38 @@ def kernels():
         pytest.skip("no cuobjdump (CUDA toolkit or triton)")
     sass = subprocess.run([tool, "-sass", _extension.load().__file__], capture_output=True, text=True, check=True,
                           timeout=600).stdout
-    functions = re.split(r"\n\s*Function : ", sass)[1:]
-    return {body.split("\n", 1)[0].strip(): body for body in functions}
+    found = {}
+    for section in re.split(r"\n\s*arch = ", sass)[1:]:
+        arch = section.split(None, 1)[0]
+        for body in re.split(r"\n\s*Function : ", section)[1:]:
+            found[arch, body.split("\n", 1)[0].strip()] = body
+    assert found, "no kernel found in the extension's SASS"
+    return found
 
 
-def main_backward_kernels(kernels):
-    return {name: body for name, body in kernels.items()
-            if "flash_bwd_kernel" in name or "flash_bwd_sm90_kernel" in name}
+def hopper_code(kernels, name_pattern):
+    """The sm_90a code of the Hopper kernels whose name matches (on other archs they are empty)."""
+    return {name: body for (arch, name), body in kernels.items()
+            if arch == "sm_90a" and re.search(name_pattern, name)}
 
 
 def test_float_adds_to_global_memory_are_reductions(kernels):
     """No kernel adds floats into global memory with an atomic that sends the old values back
-    (ATOMG): the dQ accumulators' adds are reductions (REDG, or the bulk UBLKRED). ptxas turned the
+    (ATOM): the dQ accumulators' adds are reductions (RED, or the bulk UBLKRED). ptxas turned the
     Hopper d=256 backward's float2 atomicAdd into ATOMG once (7ec479f; 14-17% slower, NOTES run 323)."""
-    atomics = {name: sorted(set(re.findall(r"ATOMG\.[A-Z0-9.]*\.B?F(?:16|32|64)[A-Za-z0-9.]*", body)))
-               for name, body in kernels.items()}
-    assert {name: ops for name, ops in atomics.items() if ops} == {}
+    atomics = {key: sorted(set(re.findall(r"\bATOMG?\.[A-Z0-9.]*\.B?F(?:16|32|64)[A-Za-z0-9.]*", body)))
+               for key, body in kernels.items()}
+    assert {key: ops for key, ops in atomics.items() if ops} == {}
 
 
 def test_every_backward_kernel_adds_dq_by_reduction(kernels):
-    backward = main_backward_kernels(kernels)
+    """Both families' main backward kernels, on every arch built (RED below sm_90, REDG or the bulk
+    UBLKRED on sm_90a)."""
+    backward = {key: body for key, body in kernels.items() if "flash_bwd_kernel" in key[1]}
+    backward.update({("sm_90a", name): body for name, body in hopper_code(kernels, "flash_bwd_sm90_kernel").items()})
     assert backward, "no main backward kernel found in the extension's SASS"
-    missing = [name for name, body in backward.items() if not re.search(r"\b(?:REDG|UBLKRED)\.[A-Z0-9.]*F32", body)]
-    assert missing == []
+    reduction = r"\b(?:REDG?|UBLKRED)\.[A-Z0-9.]*ADD\.F32"
+    assert [key for key, body in backward.items() if not re.search(reduction, body)] == []
 
 
 def test_hopper_plain_kernels_keep_their_registers(kernels):
@@ -63,8 +73,7 @@ def test_hopper_plain_kernels_keep_their_registers(kernels):
     deterministic order: the paths most calls take) use no local memory, as ptxas leaves them today:
     a spill there is local-memory traffic in every step. The variants kernels are not held to it
     (the d=128 backward's spill 32-48 bytes)."""
-    plain = {name: body for name, body in kernels.items()
-             if re.search(r"flash_(?:fwd|bwd)_sm90_kernel", name) and re.search(r"ELb[01]ELb0ELb0EEEvNS0_", name)}
+    plain = hopper_code(kernels, r"flash_(?:fwd|bwd)_sm90_kernel.*ELb[01]ELb0ELb0EEEvNS0_")
     if not plain:
         pytest.skip("the sm90 family is not built")
     assert {name for name, body in plain.items() if re.search(r"\b(?:STL|LDL)\b", body)} == set()
