@@ -167,12 +167,16 @@ def attn_cell(r):
     return (r["direction"], r["dtype"], f"d={r['hdim']}", f"causal={r['causal']}", f"seqlen={r['seqlen']}")
 
 
-def recorded_speeds():
-    """{(cell, impl): TFLOPs/s} of results/attn_h100.json as it was before this run (a --json run
-    rewrites it row by row; a run killed mid-write leaves no record)."""
+def attn_speeds(rows):
+    """{(cell, impl): TFLOPs/s} of the grid's rows, for against_record."""
+    return {(attn_cell(r), r["impl"]): r["tflops"] for r in rows}
+
+
+def recorded_speeds(path, speeds):
+    """speeds(the file's JSON) of a results file as it was before this run (a --json run rewrites it
+    row by row); {} where there is none, or a killed run left it cut short."""
     try:
-        rows = json.loads((RESULTS / "attn_h100.json").read_text())
-        return {(attn_cell(r), r["impl"]): r["tflops"] for r in rows}
+        return speeds(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -244,7 +248,7 @@ def main():
     causals = [c.strip().lower() == "true" for c in args.causal.split(",")]
     meta = metadata()
     print(meta)
-    recorded = recorded_speeds()
+    recorded = recorded_speeds(RESULTS / "attn_h100.json", attn_speeds)
     rows = []
     cells = [(direction, dtype, hdim, causal, seqlen, impl) for direction in args.directions.split(",")
              for dtype in args.dtypes.split(",") for hdim in (int(h) for h in args.hdims.split(","))
@@ -268,7 +272,7 @@ def main():
     if args.json:
         save(rows, meta)
     print_table(rows)
-    for line in against_record({(attn_cell(r), r["impl"]): r["tflops"] for r in rows}, recorded, ["sdpa_flash"]):
+    for line in against_record(attn_speeds(rows), recorded, ["sdpa_flash"]):
         print(line)
 
 

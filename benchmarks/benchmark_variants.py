@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, time_ms
+from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, recorded_speeds, time_ms
 from flash_attn_cuda import flash_attn_func
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -126,14 +126,9 @@ def variants_cell(r):
     return (r["of"], r["variant"], r["direction"], f"d={r['hdim']}", f"seqlen={r['seqlen']}")
 
 
-def recorded_speeds():
-    """{(cell, impl): 1 / ms} of results/variants_h100.json before this run (--json rewrites it; a run
-    killed mid-write leaves no record)."""
-    try:
-        rows = json.loads((RESULTS / "variants_h100.json").read_text())["rows"]
-        return {(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}
-    except (OSError, ValueError, KeyError):
-        return {}
+def variants_speeds(rows):
+    """{(cell, impl): 1 / ms} of the variants grid's rows, for against_record."""
+    return {(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}
 
 
 def variant_peer_cell(cell):
@@ -151,7 +146,7 @@ def main():
     args = parser.parse_args()
     meta = metadata()
     print(meta)
-    recorded = recorded_speeds()
+    recorded = recorded_speeds(RESULTS / "variants_h100.json", lambda data: variants_speeds(data["rows"]))
     rows = []
     cells = [(d, h, s, var) for var in args.variants.split(",") for d in args.directions.split(",")
              for h in map(int, args.hdims.split(",")) for s in map(int, args.seqlens.split(","))]
@@ -197,8 +192,7 @@ def main():
               f"{ratio(t.get(('flash_attn_cuda', 'none'))):>7} {ratio(t.get(('flash_attn_cuda_sm80', variant))):>7} "
               f"{ratio(t.get(('flex', variant))):>7} {ratio(t.get(('sdpa_efficient', variant))):>10} "
               f"{ratio(t.get(('sdpa_flash', variant))):>9}")
-    for line in against_record({(variants_cell(r), r["impl"]): 1 / r["ms"] for r in rows}, recorded,
-                               ["flex", "sdpa_flash"], peer_cell=variant_peer_cell):
+    for line in against_record(variants_speeds(rows), recorded, ["flex", "sdpa_flash"], peer_cell=variant_peer_cell):
         print(line)
 
 
