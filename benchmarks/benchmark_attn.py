@@ -107,10 +107,10 @@ def make_call(impl, q, k, v, causal, direction):
     return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
 
-# The first impl timed in a cell that follows a longer one ran up to 12% slow at 1k rows (ALiBi and
-# window backwards after a 16k cell, benchmarks/NOTES.md run 329), the next ones not: the GPU takes
-# longer than do_bench's 25 ms warm-up to settle after a change of load. Each cell's first impl
-# runs this long, untimed, first.
+# The GPU's speed after a change of load takes longer to settle than do_bench's 25 ms warm-up: the
+# first impl timed after a 16k cell ran up to 16% slow at 1k, and with only that one settled, the
+# impl timed after it ran 5-11% below its recorded speed at 8k-16k (benchmarks/NOTES.md, runs
+# 329-331). So every timing runs its own call this long first, whatever ran before it.
 SETTLE_MS = 500
 
 
@@ -121,11 +121,10 @@ def settle_on(fn):
         torch.cuda.synchronize()
 
 
-def time_ms(fn, settle=False):
+def time_ms(fn):
     from triton.testing import do_bench
 
-    if settle:
-        settle_on(fn)
+    settle_on(fn)
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
@@ -143,13 +142,13 @@ def add_shape_arguments(parser, seqlen):
     parser.add_argument("--causal", action="store_true")
 
 
-def bench_config(impl, dtype, head_dim, causal, seqlen, direction, skip_math_above, settle=False):
+def bench_config(impl, dtype, head_dim, causal, seqlen, direction, skip_math_above):
     if impl == "sdpa_math" and seqlen > skip_math_above:
         return None, f"skipped above seqlen {skip_math_above}"
     q, k, v = grid_inputs(seqlen, head_dim, DTYPES[dtype])
     batch, _, nheads, _ = q.shape
     try:
-        ms = time_ms(make_call(impl, q, k, v, causal, direction), settle)
+        ms = time_ms(make_call(impl, q, k, v, causal, direction))
     except (RuntimeError, torch.OutOfMemoryError) as err:
         return None, str(err).splitlines()[0][:100]
     finally:
@@ -266,14 +265,12 @@ def main():
     print(meta)
     recorded = recorded_speeds(RESULTS / "attn_h100.json", attn_speeds)
     rows = []
-    impls = args.impls.split(",")
     cells = [(direction, dtype, hdim, causal, seqlen, impl) for direction in args.directions.split(",")
              for dtype in args.dtypes.split(",") for hdim in (int(h) for h in args.hdims.split(","))
-             for causal in causals for seqlen in seqlens for impl in impls]
+             for causal in causals for seqlen in seqlens for impl in args.impls.split(",")]
     start = time.time()
     for n, (direction, dtype, hdim, causal, seqlen, impl) in enumerate(cells, 1):
-        first = (n - 1) % len(impls) == 0
-        row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction, args.skip_math_above, settle=first)
+        row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction, args.skip_math_above)
         label = f"{direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}"
         if row:
             rows.append(row)

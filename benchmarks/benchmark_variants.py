@@ -165,10 +165,10 @@ def main():
         if variant == "alibi":
             impls.append(("sdpa_efficient", variant, lambda: sdpa_efficient_alibi(seqlen, nheads)))
         timings = []
-        for i, (impl, name, build) in enumerate(impls):
+        for impl, name, build in impls:
             try:
                 caller = make_call_sm80 if impl == "flash_attn_cuda_sm80" else make_call
-                ms = time_ms(caller(build(), q, k, v, direction), settle=i == 0)
+                ms = time_ms(caller(build(), q, k, v, direction))
             except Exception as err:  # a peer that cannot run a cell is reported, not fatal
                 timings.append(f"{impl}/{name}: {str(err).splitlines()[0][:80]}")
                 continue

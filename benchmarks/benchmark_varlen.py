@@ -103,12 +103,12 @@ def make_call(attend, q, k, v, direction):
     return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
 
-def time_ms(fn, settle=False):
-    """Median milliseconds: triton's do_bench as benchmark_attn uses it, else CUDA events."""
+def time_ms(fn):
+    """Median milliseconds: triton's do_bench as benchmark_attn uses it (after SETTLE_MS of fn), else
+    CUDA events (after the same)."""
     if importlib.util.find_spec("triton"):
-        return benchmark_attn.time_ms(fn, settle)
-    if settle:
-        benchmark_attn.settle_on(fn)
+        return benchmark_attn.time_ms(fn)
+    benchmark_attn.settle_on(fn)
     for _ in range(10):
         fn()
     times = []
@@ -122,15 +122,14 @@ def time_ms(fn, settle=False):
     return statistics.median(times)
 
 
-def bench(impl, inputs, causal, direction, settle=False):
-    """(ms, "ok"), or (None, the first line of the error). settle: the cell's first impl
-    (benchmark_attn.SETTLE_MS)."""
+def bench(impl, inputs, causal, direction):
+    """(ms, "ok"), or (None, the first line of the error)."""
     q, k, v = inputs["packed" if impl.startswith("flash_attn_cuda_varlen") else "padded"]
     try:
         if impl.endswith("_sm80"):
             call = forced_sm80(make_call, attention_fn(impl, causal, inputs), q, k, v, direction)
-            return time_ms(lambda: forced_sm80(call), settle), "ok"
-        return time_ms(make_call(attention_fn(impl, causal, inputs), q, k, v, direction), settle), "ok"
+            return time_ms(lambda: forced_sm80(call)), "ok"
+        return time_ms(make_call(attention_fn(impl, causal, inputs), q, k, v, direction)), "ok"
     except (RuntimeError, torch.OutOfMemoryError) as err:
         return None, str(err).strip().splitlines()[0][:120]
     finally:
@@ -195,8 +194,8 @@ def main():
             inputs = make_inputs(lengths, HIDDEN // hdim, hdim, DTYPES[args.dtype])
             for causal in causals:
                 for direction in args.directions.split(","):
-                    for i, impl in enumerate(args.impls.split(",")):
-                        ms, status = bench(impl, inputs, causal, direction, settle=i == 0)
+                    for impl in args.impls.split(","):
+                        ms, status = bench(impl, inputs, causal, direction)
                         rows.append(dict(case=case, impl=impl, direction=direction, dtype=args.dtype, hdim=hdim,
                                          nheads=HIDDEN // hdim, causal=causal, total_tokens=sum(lengths),
                                          lengths=length_summary(lengths), ms=ms,
