@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flash_attn_cuda import flash_attn_func
+from gpu_clocks import ClockSampler
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -269,16 +270,19 @@ def main():
              for dtype in args.dtypes.split(",") for hdim in (int(h) for h in args.hdims.split(","))
              for causal in causals for seqlen in seqlens for impl in args.impls.split(",")]
     start = time.time()
-    for n, (direction, dtype, hdim, causal, seqlen, impl) in enumerate(cells, 1):
-        row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction, args.skip_math_above)
-        label = f"{direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}"
-        if row:
-            rows.append(row)
-            if args.json:  # after every row, so that a run cut short keeps what it measured
-                save(rows, meta)
-            print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {row['tflops']:.1f} TFLOPs/s")
-        else:
-            print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {why}")
+    with ClockSampler() as clocks:
+        for n, (direction, dtype, hdim, causal, seqlen, impl) in enumerate(cells, 1):
+            row, why = bench_config(impl, dtype, hdim, causal, seqlen, direction, args.skip_math_above)
+            label = f"{direction} {impl} {dtype} d={hdim} causal={causal} seqlen={seqlen}"
+            if row:
+                rows.append(row)
+                if args.json:  # after every row, so that a run cut short keeps what it measured
+                    save(rows, meta)
+                print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {row['tflops']:.1f} TFLOPs/s")
+            else:
+                print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {label}: {why}")
+    meta["clocks"] = clocks.summary
+    print("clocks:", clocks.summary)
     if args.memory:
         meta["peak_memory"] = [peak_memory(i, d) for d in ("fwd", "bwd") for i in ("flash_attn_cuda", "sdpa_flash",
                                                                                    "sdpa_math")]

@@ -25,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, recorded_speeds, time_ms
 from flash_attn_cuda import flash_attn_func
+from gpu_clocks import ClockSampler
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 SOFTCAP = 30.0
@@ -151,36 +152,41 @@ def main():
     cells = [(d, h, s, var) for var in args.variants.split(",") for d in args.directions.split(",")
              for h in map(int, args.hdims.split(",")) for s in map(int, args.seqlens.split(","))]
     start = time.time()
-    for n, (direction, hdim, seqlen, variant) in enumerate(cells, 1):
-        causal = VARIANTS[variant][1]
-        batch, nheads = TOKENS // seqlen, HIDDEN // hdim
-        q, k, v = (torch.randn(batch, nheads, seqlen, hdim, device="cuda", dtype=DTYPES["bf16"]) for _ in range(3))
-        impls = [("flash_attn_cuda", variant, lambda: ours(variant, causal, nheads, True)),
-                 ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False)),
-                 ("flash_attn_cuda_sm80", variant, lambda: ours(variant, causal, nheads, True))]
-        if variant == "dropout":
-            impls.append(("sdpa_flash", variant, lambda: sdpa_flash_dropout(causal)))
-        else:
-            impls.append(("flex", variant, lambda: flex(variant, causal, seqlen, nheads)))
-        if variant == "alibi":
-            impls.append(("sdpa_efficient", variant, lambda: sdpa_efficient_alibi(seqlen, nheads)))
-        timings = []
-        for impl, name, build in impls:
-            try:
-                caller = make_call_sm80 if impl == "flash_attn_cuda_sm80" else make_call
-                ms = time_ms(caller(build(), q, k, v, direction))
-            except Exception as err:  # a peer that cannot run a cell is reported, not fatal
-                timings.append(f"{impl}/{name}: {str(err).splitlines()[0][:80]}")
-                continue
-            rows.append(dict(variant=name, impl=impl, direction=direction, hdim=hdim, causal=causal, seqlen=seqlen,
-                             batch=batch, nheads=nheads, ms=ms, of=variant))
-            timings.append(f"{impl}/{name}={ms:.3f}ms")
-        torch.cuda.empty_cache()
-        print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {variant} {direction} d={hdim} seqlen={seqlen}: "
-              + " ".join(timings))
-        if args.json:
-            RESULTS.mkdir(exist_ok=True)
-            (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    with ClockSampler() as clocks:
+        for n, (direction, hdim, seqlen, variant) in enumerate(cells, 1):
+            causal = VARIANTS[variant][1]
+            batch, nheads = TOKENS // seqlen, HIDDEN // hdim
+            q, k, v = (torch.randn(batch, nheads, seqlen, hdim, device="cuda", dtype=DTYPES["bf16"]) for _ in range(3))
+            impls = [("flash_attn_cuda", variant, lambda: ours(variant, causal, nheads, True)),
+                     ("flash_attn_cuda", "none", lambda: ours(variant, causal, nheads, False)),
+                     ("flash_attn_cuda_sm80", variant, lambda: ours(variant, causal, nheads, True))]
+            if variant == "dropout":
+                impls.append(("sdpa_flash", variant, lambda: sdpa_flash_dropout(causal)))
+            else:
+                impls.append(("flex", variant, lambda: flex(variant, causal, seqlen, nheads)))
+            if variant == "alibi":
+                impls.append(("sdpa_efficient", variant, lambda: sdpa_efficient_alibi(seqlen, nheads)))
+            timings = []
+            for impl, name, build in impls:
+                try:
+                    caller = make_call_sm80 if impl == "flash_attn_cuda_sm80" else make_call
+                    ms = time_ms(caller(build(), q, k, v, direction))
+                except Exception as err:  # a peer that cannot run a cell is reported, not fatal
+                    timings.append(f"{impl}/{name}: {str(err).splitlines()[0][:80]}")
+                    continue
+                rows.append(dict(variant=name, impl=impl, direction=direction, hdim=hdim, causal=causal, seqlen=seqlen,
+                                 batch=batch, nheads=nheads, ms=ms, of=variant))
+                timings.append(f"{impl}/{name}={ms:.3f}ms")
+            torch.cuda.empty_cache()
+            print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {variant} {direction} d={hdim} seqlen={seqlen}: "
+                  + " ".join(timings))
+            if args.json:
+                RESULTS.mkdir(exist_ok=True)
+                (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    meta["clocks"] = clocks.summary
+    print("clocks:", clocks.summary)
+    if args.json:
+        (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"{'variant':15} {'dir':4} {'d':>4} {'seqlen':>6} {'ours ms':>8} {'x none':>7} {'x sm80':>7} {'x flex':>7} "
           f"{'x sdpa_eff':>10} {'x sdpa_fl':>9}")
     for direction, hdim, seqlen, variant in cells:
