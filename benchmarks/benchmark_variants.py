@@ -137,6 +137,11 @@ def variant_peer_cell(cell):
     return (cell[0], cell[0]) + cell[2:]
 
 
+def save(rows, meta):
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hdims", default="64,128")
@@ -181,12 +186,11 @@ def main():
             print(f"[{n}/{len(cells)} {time.time() - start:.0f}s] {variant} {direction} d={hdim} seqlen={seqlen}: "
                   + " ".join(timings))
             if args.json:
-                RESULTS.mkdir(exist_ok=True)
-                (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+                save(rows, meta)
     meta["clocks"] = clocks.summary
     print("clocks:", clocks.summary)
     if args.json:
-        (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        save(rows, meta)
     print(f"{'variant':15} {'dir':4} {'d':>4} {'seqlen':>6} {'ours ms':>8} {'x none':>7} {'x sm80':>7} {'x flex':>7} "
           f"{'x sdpa_eff':>10} {'x sdpa_fl':>9}")
     for direction, hdim, seqlen, variant in cells:
