@@ -55,6 +55,16 @@ constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, 
     return enough || (causal && seqlen_q >= 2048);
 }
 
+// The K and V that a group of the causal tile order shares in L2 (tile_scheduler.h): half of L2,
+// and an eighth for d=128 sequences of up to 1k rows. There a group's heaviest tiles, first in its
+// order, fetch its pairs' K and V from DRAM and its lighter tiles find them in L2; a forward this short
+// is near its streaming bound (forward_bounds.py), so the smaller groups, which mix both kinds of
+// tile in every wave, keep DRAM busier (benchmarks/NOTES.md, run 346: causal 512 -5%, 1k -1%; at 4k
+// the eighth lost 2%). The other head dims keep the half until timed.
+constexpr int64_t sm90_fwd_l2_group_bytes(int head_dim, int seqlen_q, int64_t l2_bytes) {
+    return head_dim == 128 && seqlen_q <= 1024 ? l2_bytes / 8 : l2_bytes / 2;
+}
+
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
     return sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
