@@ -222,7 +222,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             turns.pass();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
-            bool redo = false;
+            [[maybe_unused]] bool redo = false;
             if constexpr (kAtCurrentMax) {
                 if (at_current_max && max_settled) {
                     redo = softmax_step_at_current_max(n_block, masked);
