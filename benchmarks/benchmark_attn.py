@@ -230,10 +230,15 @@ def print_table(rows):
         print(f"{direction:7} {dtype:5} {hdim:4d} {str(causal):6} {seqlen:6d} {ours or 0:7.1f} {cells}  {ratios}")
 
 
-def save(rows, meta):
+def write_result(name, data):
+    """results/<name>: data as indented JSON, as every benchmark writes its results."""
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "attn_h100.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (RESULTS / "attn_h100_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (RESULTS / name).write_text(json.dumps(data, indent=1) + "\n")
+
+
+def save(rows, meta):
+    write_result("attn_h100.json", rows)
+    write_result("attn_h100_meta.json", meta)
 
 
 def metadata():

@@ -14,7 +14,6 @@ results/variants_h100.json after every cell.
 """
 
 import argparse
-import json
 import math
 import pathlib
 import time
@@ -23,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, recorded_speeds, time_ms
+from benchmark_attn import DTYPES, HIDDEN, TOKENS, against_record, forced_sm80, metadata, recorded_speeds, time_ms, write_result
 from flash_attn_cuda import flash_attn_func
 from gpu_clocks import ClockSampler
 
@@ -138,8 +137,7 @@ def variant_peer_cell(cell):
 
 
 def save(rows, meta):
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "variants_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    write_result("variants_h100.json", {"meta": meta, "rows": rows})
 
 
 def main():

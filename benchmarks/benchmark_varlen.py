@@ -19,7 +19,6 @@ Throughput is real tokens per second: the case's tokens (without padding) / time
 
 import argparse
 import importlib.util
-import json
 import random
 import statistics
 import time
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
 import benchmark_attn
-from benchmark_attn import DTYPES, HIDDEN, RESULTS, SDPA_BACKENDS, TOKENS, forced_sm80, metadata
+from benchmark_attn import DTYPES, HIDDEN, SDPA_BACKENDS, TOKENS, forced_sm80, metadata
 from flash_attn_cuda import flash_attn_varlen_func
 from flash_attn_cuda.bert_padding import unpad_input
 
@@ -161,9 +160,8 @@ def print_table(rows):
 
 
 def save(rows, meta):
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "varlen_h100.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (RESULTS / "varlen_h100_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    benchmark_attn.write_result("varlen_h100.json", rows)
+    benchmark_attn.write_result("varlen_h100_meta.json", meta)
 
 
 def main():

@@ -10,11 +10,10 @@ python benchmarks/forward_bounds.py [--hdims 64,128,256] [--seqlens 512,1024,204
 """
 
 import argparse
-import json
 
 import torch
 
-from benchmark_attn import RESULTS, attention_flops, attention_fn, grid_inputs, metadata, time_ms
+from benchmark_attn import attention_flops, attention_fn, grid_inputs, metadata, time_ms, write_result
 from gpu_clocks import ClockSampler
 
 TARGET = 1.1  # issue 16: forward >= 1.1x SDPA cuDNN
@@ -31,9 +30,13 @@ def forward_bytes(q):
     return 4 * q.numel() * q.element_size()
 
 
+def flop_ms(flops, tflops):
+    return flops / (tflops * 1e9)
+
+
 def bound_ms(stream_ms, flops, tflops):
     """The larger of the time to stream the bytes and the time for the FLOPs at the GEMM rate."""
-    return max(stream_ms, flops / (tflops * 1e9))
+    return max(stream_ms, flop_ms(flops, tflops))
 
 
 def cell(hdim, causal, seqlen, tflops):
@@ -45,7 +48,7 @@ def cell(hdim, causal, seqlen, tflops):
     bound = bound_ms(stream, flops, tflops)
     return {"hdim": hdim, "causal": causal, "seqlen": seqlen, "ours_ms": ours, "cudnn_ms": cudnn,
             "stream_ms": stream, "stream_tb_s": forward_bytes(q) / stream / 1e9,
-            "flop_ms": flops / (tflops * 1e9), "bound_ms": bound,
+            "flop_ms": flop_ms(flops, tflops), "bound_ms": bound,
             "ours_share": bound / ours, "cudnn_share": bound / cudnn, "target_share": bound * TARGET / cudnn}
 
 
@@ -69,8 +72,7 @@ def main():
               f"{r['stream_ms']:.4f} {r['flop_ms']:.4f} | {r['stream_tb_s']:.2f} | {r['cudnn_ms'] / r['ours_ms']:.3f} | "
               f"{r['ours_share']:.3f} {r['cudnn_share']:.3f} {r['target_share']:.3f}")
     if args.json:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "forward_bounds_h100.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        write_result("forward_bounds_h100.json", {"meta": meta, "rows": rows})
 
 
 if __name__ == "__main__":
