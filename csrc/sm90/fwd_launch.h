@@ -25,7 +25,7 @@ using Sm90FwdTraitsFor =
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms, int l2_bytes) {
     auto kp = flash::sm90::make_fwd_kernel_params<Traits>(
-        params, sm90_fwd_l2_group_bytes(Traits::kHeadDim, params.seqlen_q, l2_bytes));
+        params, sm90_fwd_l2_group_bytes(params.seqlen_q, l2_bytes));
     auto kernel = &flash::sm90::flash_fwd_sm90_kernel<Traits, kIsCausal, kScoreMod, kDropout>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes) !=
         cudaSuccess) {

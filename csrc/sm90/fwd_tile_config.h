@@ -56,13 +56,13 @@ constexpr bool sm90_fwd_tall_tiles_pay(int head_dim, bool causal, int seqlen_q, 
 }
 
 // The K and V that a group of the causal tile order shares in L2 (tile_scheduler.h): half of L2,
-// and an eighth for d=128 sequences of up to 1k rows. There a group's heaviest tiles, first in its
-// order, fetch its pairs' K and V from DRAM and its lighter tiles find them in L2; a forward this short
-// is near its streaming bound (forward_bounds.py), so the smaller groups, which mix both kinds of
-// tile in every wave, keep DRAM busier (benchmarks/NOTES.md, run 346: causal 512 -5%, 1k -1%; at 4k
-// the eighth lost 2%). The other head dims keep the half until timed.
-constexpr int64_t sm90_fwd_l2_group_bytes(int head_dim, int seqlen_q, int64_t l2_bytes) {
-    return head_dim == 128 && seqlen_q <= 1024 ? l2_bytes / 8 : l2_bytes / 2;
+// and an eighth for sequences of up to 1k rows. There a group's heaviest tiles, first in its order,
+// fetch its pairs' K and V from DRAM and its lighter tiles find them in L2; a forward this short is
+// near its streaming bound (forward_bounds.py), so the smaller groups, which mix both kinds of tile
+// in every wave, keep DRAM busier. Swept over L2/2 to L2/32 at every head dim (benchmarks/NOTES.md,
+// run 347): the eighth 4-5% faster at 512 rows and 1-3% at 1k; from 2k rows on the half is best.
+constexpr int64_t sm90_fwd_l2_group_bytes(int seqlen_q, int64_t l2_bytes) {
+    return seqlen_q <= 1024 ? l2_bytes / 8 : l2_bytes / 2;
 }
 
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
