@@ -139,7 +139,7 @@ def test_score_mods_on_tall_tiles_match_reference(causal, seqlen_q, seqlen_k, mo
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("variant", [{"causal": True, "alibi": "head"}, {"softcap": 30.0},
                                      {"causal": True, "window_size": (700, 0)}, {"window_size": (300, 200)},
                                      {"window_size": (300, 200), "softcap": 8.0}])
