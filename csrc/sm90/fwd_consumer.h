@@ -161,20 +161,20 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             o_rescaled = softmax.template update<decltype(lazy_max)::value>(acc_s_rows, rescale, scale_log2);
             dropout_masks(n_block);
         };
-        // The same at the rows' current max (OnlineSoftmax::exp_at_current_max), which holds for
-        // nearly every block once the rows have seen a whole unmasked block (max_settled). Where some
-        // thread of the warpgroup has a row that outgrows it (or has seen no key yet), returns true: S
-        // is then computed again and softmax_step() takes the new max, in every warp (the GEMM is
-        // the warpgroup's). At d <= 192 in the plain kernel and in the causal score-mod kernel where
-        // the problem has no softcap (at_current_max): at d = 256 (64-key blocks, where the row max
-        // is a smaller share of a step and K's later release counts more: ~1.5% at 16k, run 353) the
-        // steps ran 1-2% faster up to 2k keys and 2% slower at 16k (run 351); the dropout kernel's redo spills at d=128 (44 bytes) and fits at d=64,
-        // where the steps at the current max were 4-8% slower (run 305); softcap's step waits on
-        // its MUFU operations (tanh and exp2), under which the row max's FMNMX ran for free (run
-        // 248: 2-4% slower at d=64 with the vote); ALiBi's bias grows towards each row's diagonal,
-        // so where rows see keys right of it the blocks, visited from the last, bring a higher max
-        // each, and the non-causal score-mod kernel with the code of the steps ran those problems
-        // on the exact max 2-5% slower (run 250).
+        // The same at the rows' current max (OnlineSoftmax::exp_at_current_max), which holds for nearly
+        // every block once the rows have seen a whole unmasked block (max_settled). Where some thread of
+        // the warpgroup has a row that outgrows it (or has seen no key yet), returns true: S is then
+        // computed again and softmax_step() takes the new max, in every warp (the GEMM is the warpgroup's).
+        // At d <= 192 in the plain kernel and in the causal score-mod kernel where the problem has no
+        // softcap (at_current_max): at d = 256 (64-key blocks, where the row max is a smaller share of a
+        // step and K's later release counts more: ~1.5% at 16k, run 353) the steps ran 1-2% faster up to 2k
+        // keys and 2% slower at 16k (run 351); the dropout kernel's redo spills at d=128 (44 bytes) and
+        // fits at d=64, where the steps at the current max were 4-8% slower (run 305); softcap's step waits
+        // on its MUFU operations (tanh and exp2), under which the row max's FMNMX ran for free (run 248:
+        // 2-4% slower at d=64 with the vote); ALiBi's bias grows towards each row's diagonal, so where rows
+        // see keys right of it the blocks, visited from the last, bring a higher max each, and the
+        // non-causal score-mod kernel with the code of the steps ran those problems on the exact max 2-5%
+        // slower (run 250).
         constexpr bool kAtCurrentMax = (!kScoreMod || (kIsCausal && !kDropout)) && Traits::kHeadDim <= 192;
         const bool at_current_max = kAtCurrentMax && !(kScoreMod && score_mod.softcapped());
         bool max_settled = false;
