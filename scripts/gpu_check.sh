@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: build, (tune), test, benchmark; a short summary last.
 # Environment: BUILD=0 (no build: the extension module already in flash_attn_cuda/, e.g. one built on
-# the CPU machine for the GPU machine's torch and Python and carried), FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
+# the CPU machine for the GPU machine's torch and Python and carried; `python -m flash_attn_cuda`
+# checks it), FLASH_ATTN_CUDA_ARCHS (default 90), FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, MAX_JOBS (16),
 # TESTS=1|0, PYTEST_ARGS (added to `pytest tests`, split on spaces, so no quoted -k expressions:
 # one word such as "-k fp16" (the dtype test ids are fp16 and bf16) or node ids), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck, racecheck and synccheck on scripts/sanitize.py), STEP_TIMEOUT
@@ -39,8 +40,8 @@ python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$LOG/gpu.
 
 start=$(date +%s)
 if [ "${BUILD:-1}" = 0 ]; then
-    python3 -c "from flash_attn_cuda import _extension; print(_extension.load().built_config())" > "$LOG/build.log" 2>&1 || { cat "$LOG/build.log"; exit 1; }
-    summary+=("build: none, the module in place ($(tail -1 "$LOG/build.log"))")
+    python3 -m flash_attn_cuda > "$LOG/build.log" 2>&1 || { cat "$LOG/build.log"; exit 1; }
+    summary+=("build: none, the module in place ($(grep -E '^built:' "$LOG/build.log"))")
 elif python3 setup.py build_ext --inplace > "$LOG/build.log" 2>&1; then
     summary+=("build: ok in $(( $(date +%s) - start )) s (archs=$FLASH_ATTN_CUDA_ARCHS hdims=${FLASH_ATTN_HDIMS:-all} dtypes=${FLASH_ATTN_DTYPES:-all})")
 else
