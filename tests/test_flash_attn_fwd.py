@@ -118,17 +118,22 @@ def test_tall_tiles_visit_each_warpgroups_own_blocks(causal, window_size, seqlen
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1024, 1024), (700, 1024), (1025, 1025)])
-def test_causal_forward_with_more_tiles_than_sms(head_dim, seqlen_q, seqlen_k):
-    """Causal tiles, several per block of the Hopper family's persistent grid, which the blocks take
-    from a counter (csrc/sm90/tile_queue.h), on 192-row tiles at d=64; GQA, more keys than queries,
-    lengths on and off the 128-row blocks."""
+@pytest.mark.parametrize("causal,window_size", [(True, (-1, -1)), (False, (-1, -1)), (False, (300, 40))])
+def test_forward_with_more_tiles_than_sms(head_dim, seqlen_q, seqlen_k, causal, window_size):
+    """Several tiles per block of the Hopper family's persistent grid, which the blocks take from a
+    counter (csrc/sm90/tile_queue.h) where causal, on 192-row tiles at d=64; GQA, more keys than
+    queries, lengths on and off the 128-row blocks; a window whose left edge makes the warpgroups of a
+    tile pass different KV blocks (csrc/sm90/fwd_consumer.h)."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
-    q, k, v = random_qkv(8, seqlen_q, seqlen_k, 8, 4, head_dim, dtype, seed=seqlen_q + seqlen_k + head_dim)
+    q, k, v = random_qkv(8, seqlen_q, seqlen_k, 8, 4, head_dim, dtype,
+                         seed=seqlen_q + seqlen_k + head_dim + window_size[0])
     poison_allocator()
-    out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
-    assert_numerics_rule(out, q, k, v, causal=True)
-    assert_lse_close(lse, q, k, causal=True)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window_size, return_attn_probs=True)
+    out_ref, _ = attention_ref(q, k, v, causal=causal, window_size=window_size)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, window_size=window_size, upcast=False)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_close(lse, q, k, causal, window_size=window_size)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)

@@ -77,3 +77,16 @@ def test_hopper_plain_kernels_keep_their_registers(kernels):
     if not plain:
         pytest.skip("the sm90 family is not built")
     assert {name for name, body in plain.items() if re.search(r"\b(?:STL|LDL)\b", body)} == set()
+
+
+def test_hopper_wgmma_run_asynchronously(kernels):
+    """Every Hopper kernel issues its wgmma back to back, a warpgroup fence (WARPGROUP.ARRIVE) per
+    GEMM, not per instruction: where ptxas cannot pair a wgmma with the wait for it (one under a
+    branch it cannot prove warp-uniform, or issued and waited for under two branches), it serializes
+    every wgmma of the kernel behind a fence and a wait of its own (C7513, C7518: a trial of the
+    forward's cross-tile P V serialized 16 kernels so, benchmarks/NOTES.md, runs 355-356)."""
+    hopper = hopper_code(kernels, r"flash_(?:fwd|bwd)_sm90_kernel")
+    if not hopper:
+        pytest.skip("the sm90 family is not built")
+    fences = {name: (body.count("WARPGROUP.ARRIVE"), len(re.findall(r"\bHGMMA\.", body))) for name, body in hopper.items()}
+    assert {name: counts for name, counts in fences.items() if 2 * counts[0] > counts[1]} == {}
