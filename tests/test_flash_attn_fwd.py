@@ -27,9 +27,10 @@ HEAD_DIMS = [32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256]
 SEQLENS = [(1, 1), (1, 113), (113, 1), (113, 203), (256, 256), (1000, 1000), (2049, 1000), (1000, 2049), (128, 2049)]
 
 
-def assert_numerics_rule(out, q, k, v, causal, softmax_scale=None):
-    out_ref, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale)
-    out_pt, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
+def assert_numerics_rule(out, q, k, v, causal, softmax_scale=None, window_size=(-1, -1)):
+    out_ref, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+    out_pt, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                              upcast=False)
     assert_within_rule("out", out, out_ref, out_pt)
 
 
@@ -62,9 +63,7 @@ def test_long_causal_window_forward_matches_reference():
     q, k, v = random_qkv(1, 8250, 8250, 2, 1, head_dim, dtype, seed=8250)
     poison_allocator()
     out = flash_attn_func(q, k, v, causal=True, window_size=window)
-    out_ref, _ = attention_ref(q, k, v, causal=True, window_size=window)
-    out_pt, _ = attention_ref(q, k, v, causal=True, window_size=window, upcast=False)
-    assert_within_rule("out", out, out_ref, out_pt)
+    assert_numerics_rule(out, q, k, v, causal=True, window_size=window)
 
 
 @pytest.mark.parametrize("seqlen_q", [576, 2100, 1000])
@@ -110,9 +109,7 @@ def test_tall_tiles_visit_each_warpgroups_own_blocks(causal, window_size, seqlen
     q, k, v = random_qkv(4, seqlen_q, seqlen_k, 16, 8, head_dim, dtype, seed=seqlen_q + sum(window_size))
     poison_allocator()
     out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window_size, return_attn_probs=True)
-    out_ref, _ = attention_ref(q, k, v, causal=causal, window_size=window_size)
-    out_pt, _ = attention_ref(q, k, v, causal=causal, window_size=window_size, upcast=False)
-    assert_within_rule("out", out, out_ref, out_pt)
+    assert_numerics_rule(out, q, k, v, causal, window_size=window_size)
     assert_lse_close(lse, q, k, causal, window_size=window_size)
 
 
@@ -130,9 +127,7 @@ def test_forward_with_more_tiles_than_sms(head_dim, seqlen_q, seqlen_k, causal, 
                          seed=seqlen_q + seqlen_k + head_dim + window_size[0])
     poison_allocator()
     out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window_size, return_attn_probs=True)
-    out_ref, _ = attention_ref(q, k, v, causal=causal, window_size=window_size)
-    out_pt, _ = attention_ref(q, k, v, causal=causal, window_size=window_size, upcast=False)
-    assert_within_rule("out", out, out_ref, out_pt)
+    assert_numerics_rule(out, q, k, v, causal, window_size=window_size)
     assert_lse_close(lse, q, k, causal, window_size=window_size)
 
 
