@@ -136,6 +136,8 @@ def _extension():
     ]
     host_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
     host_sources += [f"csrc/{f.name}/family.cpp" for f in families]
+    # flash_attn_with_kvcache's preparation kernels (plain CUDA, one file for every arch).
+    host_sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kvcache").glob("*.cu"))
     return CUDAExtension(
         name="flash_attn_cuda._C",
         sources=host_sources + gen.kernel_files(families, hdims, dtypes),

@@ -10,6 +10,7 @@ from flash_attn_cuda.interface import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from flash_attn_cuda.kvcache import flash_attn_with_kvcache
 
 __all__ = [
     "flash_attn_func",
@@ -18,5 +19,6 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "__version__",
 ]

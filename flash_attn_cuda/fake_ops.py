@@ -52,3 +52,22 @@ def _(q, packed, cu_seqlens_q, cu_seqlens_k, *options):
 @torch.library.register_fake("flash_attn_cuda::packed_bwd")
 def _(dout, q, packed, *rest):
     return (packed.new_empty(0) if q is None else q.new_empty(q.shape)), packed.new_empty(packed.shape)
+
+
+@torch.library.register_fake("flash_attn_cuda::kvcache_layout")
+def _(like, seqlens, default_seqlen, leftpad, slots, batch, *sizes):
+    splits = sizes[4]
+    offsets = batch * (splits + 1) + 2
+    placed = batch if slots is not None else 0
+    return tuple(like.new_empty((n,), dtype=torch.int32) for n in (offsets, offsets, placed, placed))
+
+
+@torch.library.register_fake("flash_attn_cuda::kvcache_append")
+def _(k_cache, v_cache, k, v, q, seqlens, slots, block_table, cos, sin, *flags):
+    return q.new_empty(q.shape if cos is not None else (0,))
+
+
+@torch.library.register_fake("flash_attn_cuda::kvcache_merge")
+def _(out, lse, batch, splits):
+    rows = out.shape[0] // splits
+    return out.new_empty((rows, *out.shape[1:])), lse.new_empty((lse.shape[0], rows))

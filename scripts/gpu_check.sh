@@ -7,7 +7,8 @@
 # one word such as "-k fp16" (the dtype test ids are fp16 and bf16) or node ids), BENCH=quick|full|0, BENCH_ARGS, TUNE="candidate;candidate..." (benchmarks/tune/tune.sh; empty: no tuning),
 # SANITIZE=1|0 (compute-sanitizer memcheck, racecheck and synccheck on scripts/sanitize.py), STEP_TIMEOUT
 # (seconds allowed to the tests and to the benchmark each, default 1800), BENCH_VARLEN=1 (the
-# varlen benchmark, benchmarks/benchmark_varlen.py --json), HOST_OVERHEAD=1 (host time of each
+# varlen benchmark, benchmarks/benchmark_varlen.py --json), BENCH_KVCACHE=1 (the decoding benchmark,
+# benchmarks/benchmark_kvcache.py --json), HOST_OVERHEAD=1 (host time of each
 # layer of ours and of SDPA flash, benchmarks/host_overhead.py --layers, at seqlen 512 causal),
 # BENCH_VARIANTS="args" (benchmarks/benchmark_variants.py --json args), PROFILE="d:seqlen:causal ..."
 # (ncu on the forward of each problem, scripts/profile_fwd.py: speed of light, compute pipes, warp
@@ -86,6 +87,12 @@ if [ "${BENCH_VARLEN:-0}" = 1 ]; then
     timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_varlen.py --json > "$LOG/bench_varlen.log" 2>&1 || failed=1
     cp benchmarks/results/varlen_h100*.json "$OUT/" 2>/dev/null
     summary+=("varlen benchmark: $(tail -1 "$LOG/bench_varlen.log")")
+fi
+
+if [ "${BENCH_KVCACHE:-0}" = 1 ]; then
+    timeout "${STEP_TIMEOUT:-1800}" python3 benchmarks/benchmark_kvcache.py --json > "$LOG/bench_kvcache.log" 2>&1 || failed=1
+    cp benchmarks/results/kvcache_h100*.json "$OUT/" 2>/dev/null
+    summary+=("kvcache benchmark: $(tail -1 "$LOG/bench_kvcache.log")")
 fi
 
 if [ "${HOST_OVERHEAD:-0}" = 1 ]; then

@@ -8,7 +8,8 @@ import os
 
 import torch
 
-from flash_attn_cuda import _extension, flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func
+from flash_attn_cuda import (_extension, flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                             flash_attn_with_kvcache)
 
 built = _extension.load().built_config()
 dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
@@ -180,4 +181,26 @@ for head_dim in (64, 128, 256):
             out.backward(torch.randn_like(out))
             torch.cuda.synchronize()
             print(f"Hopper backward, varlen d={head_dim} {sorted(variant)}: ok")
+os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)
+
+# flash_attn_with_kvcache: a cache read in place as a varlen batch whose sequences without queries
+# span the rows between slots (left padding, the ends of slots, the slot order of cache_batch_idx),
+# split-KV decoding, a paged cache; on each family.
+for family in ("sm80", "sm90"):
+    os.environ["FLASH_ATTN_CUDA_FAMILY"] = family
+    head_dim = max(built["head_dims"])
+    q = torch.randn(3, 1, 8, head_dim, device="cuda", dtype=dtype)
+    k_cache, v_cache = (torch.randn(4, 700, 2, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    new_k, new_v = (torch.randn(3, 1, 2, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    seqlens, leftpad, slots = (torch.tensor(t, dtype=torch.int32, device="cuda")
+                               for t in ([0, 690, 301], [0, 20, 300], [3, 0, 1]))
+    flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=seqlens, cache_leftpad=leftpad,
+                            cache_batch_idx=slots, num_splits=3)
+    flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,
+                            cache_leftpad=leftpad)
+    table = torch.randperm(9, device="cuda").reshape(3, 3).to(torch.int32)
+    k_pages, v_pages = (torch.randn(9, 256, 2, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    flash_attn_with_kvcache(q, k_pages, v_pages, new_k, new_v, cache_seqlens=seqlens, block_table=table)
+    torch.cuda.synchronize()
+    print(f"kvcache family={family}: ok")
 os.environ.pop("FLASH_ATTN_CUDA_FAMILY", None)

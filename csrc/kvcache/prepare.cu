@@ -1,0 +1,222 @@
+#include "kvcache/prepare.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cub/block/block_scan.cuh>
+
+namespace flash::kvcache {
+
+namespace {
+
+constexpr int kLayoutThreads = 1024;
+constexpr int kAppendThreads = 256;
+constexpr int kMergeWarps = 4;
+
+struct Maximum {
+    __device__ int operator()(int a, int b) const { return max(a, b); }
+};
+
+__device__ int clamp_to(int64_t x, int64_t lo, int64_t hi) { return int(x < lo ? lo : x > hi ? hi : x); }
+
+// One block: each thread places its batches (rank among the slots, O(batch) each), then the block
+// makes the key offsets non-decreasing with a running max.
+__global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) {
+    const int per_batch = p.splits + 1;
+    const int count = p.batch * per_batch + 2;
+    for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
+        const int slot = p.slots ? p.slots[b] : b;
+        int rank = b;
+        if (p.slots) {
+            rank = 0;
+            for (int other = 0; other < p.batch; ++other) {
+                const int other_slot = p.slots[other];
+                rank += other_slot < slot || (other_slot == slot && other < b);
+            }
+            p.order[rank] = b;
+            p.inverse[b] = rank;
+        }
+        const int length = clamp_to(p.seqlens ? p.seqlens[b] : p.default_seqlen, 0, p.capacity - p.seqlen_new);
+        const int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
+        const int keys = length + p.seqlen_new - start;
+        int chunk = (keys + p.splits - 1) / p.splits;
+        if (p.splits > 1) {
+            chunk = (chunk + p.split_align - 1) / p.split_align * p.split_align;
+        }
+        const int64_t first = int64_t(slot) * p.rows_per_slot + start;
+        int *cu_k = p.cu_seqlens_k + 1 + rank * per_batch;
+        int *cu_q = p.cu_seqlens_q + 1 + rank * per_batch;
+        const int q_first = rank * p.splits * p.rows;
+        cu_k[0] = clamp_to(first, 0, p.total_rows);
+        cu_q[0] = q_first;
+        for (int c = 0; c < p.splits; ++c) {
+            cu_k[c + 1] = clamp_to(first + min((c + 1) * chunk, keys), 0, p.total_rows);
+            cu_q[c + 1] = q_first + (c + 1) * p.rows;
+        }
+    }
+    if (threadIdx.x == 0) {
+        p.cu_seqlens_k[0] = 0;
+        p.cu_seqlens_k[count - 1] = p.total_rows;
+        p.cu_seqlens_q[0] = 0;
+        p.cu_seqlens_q[count - 1] = p.batch * p.splits * p.rows;
+    }
+    __syncthreads();
+    using Scan = cub::BlockScan<int, kLayoutThreads>;
+    __shared__ typename Scan::TempStorage scan_storage;
+    __shared__ int carry;
+    if (threadIdx.x == 0) {
+        carry = 0;
+    }
+    for (int base = 0; base < count; base += kLayoutThreads) {
+        const int i = base + threadIdx.x;
+        int value = i < count ? p.cu_seqlens_k[i] : 0;
+        __syncthreads();  // carry written
+        Scan(scan_storage).InclusiveScan(max(value, carry), value, Maximum{});
+        if (i < count) {
+            p.cu_seqlens_k[i] = value;
+        }
+        __syncthreads();
+        if (threadIdx.x == kLayoutThreads - 1) {
+            carry = value;
+        }
+    }
+}
+
+template <typename Element>
+__global__ void __launch_bounds__(kAppendThreads) append_kernel(AppendParams p) {
+    const int pairs = p.head_dim / 2;
+    const int64_t k_units = int64_t(p.batch) * p.seqlen_new * p.nheads_k * pairs;
+    const int64_t q_units = p.q_out ? int64_t(p.batch) * p.seqlen_q * p.nheads * pairs : 0;
+    const auto *cos = static_cast<const Element *>(p.cos);
+    const auto *sin = static_cast<const Element *>(p.sin);
+    for (int64_t unit = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; unit < k_units + q_units;
+         unit += int64_t(gridDim.x) * blockDim.x) {
+        const bool is_k = unit < k_units;
+        const int64_t index = is_k ? unit : unit - k_units;
+        const int pair = int(index % pairs);
+        const int64_t row = index / pairs;
+        const int nheads = is_k ? p.nheads_k : p.nheads;
+        const int head = int(row % nheads);
+        const int seqlen = is_k ? p.seqlen_new : p.seqlen_q;
+        const int t = int(row / nheads % seqlen);
+        const int b = int(row / nheads / seqlen);
+        const int length = clamp_to(p.seqlens[b], 0, p.capacity - p.seqlen_new);
+        const int position = length + (is_k || p.q_per_row ? t : 0);
+        // The unit's two features, rotated together at angle `pair` where they are rotary ones.
+        const bool rotated = p.cos && 2 * pair < p.rotary_dim;
+        int f0 = 2 * pair, f1 = 2 * pair + 1;
+        if (rotated && !p.interleaved) {
+            f0 = pair;
+            f1 = pair + p.rotary_dim / 2;
+        }
+        const RowStrides in = is_k ? p.k_strides : p.q_strides;
+        const auto *src = static_cast<const Element *>(is_k ? p.k : p.q) + b * in.outer + t * in.row + head * in.head;
+        float x0 = float(src[f0]), x1 = float(src[f1]);
+        if (rotated) {
+            const int at = min(position, p.seqlen_ro - 1);
+            const float c = float(cos[int64_t(at) * (p.rotary_dim / 2) + pair]);
+            const float s = float(sin[int64_t(at) * (p.rotary_dim / 2) + pair]);
+            const float r0 = x0 * c - x1 * s;
+            x1 = x0 * s + x1 * c;
+            x0 = r0;
+        }
+        if (!is_k) {
+            auto *dst = static_cast<Element *>(p.q_out) + b * p.q_out_strides.outer + t * p.q_out_strides.row +
+                        head * p.q_out_strides.head;
+            dst[f0] = Element(x0);
+            dst[f1] = Element(x1);
+            continue;
+        }
+        const int cache_row = clamp_to(int64_t(length) + t, 0, p.capacity - 1);
+        int64_t outer = p.slots ? p.slots[b] : b;
+        int inner = cache_row;
+        if (p.page_size) {
+            outer = p.block_table[b * p.block_table_stride + cache_row / p.page_size];
+            inner = cache_row % p.page_size;
+        }
+        outer = outer < 0 ? 0 : outer >= p.cache_outer ? p.cache_outer - 1 : outer;
+        auto *k_dst = static_cast<Element *>(p.k_cache) + outer * p.k_cache_strides.outer +
+                      inner * p.k_cache_strides.row + head * p.k_cache_strides.head;
+        k_dst[f0] = Element(x0);
+        k_dst[f1] = Element(x1);
+        const auto *v_src = static_cast<const Element *>(p.v) + b * p.v_strides.outer + t * p.v_strides.row +
+                            head * p.v_strides.head;
+        auto *v_dst = static_cast<Element *>(p.v_cache) + outer * p.v_cache_strides.outer +
+                      inner * p.v_cache_strides.row + head * p.v_cache_strides.head;
+        v_dst[2 * pair] = v_src[2 * pair];
+        v_dst[2 * pair + 1] = v_src[2 * pair + 1];
+    }
+}
+
+// A warp per merged row: the chunks' weights exp(lse_s - lse) from their logsumexps, then the
+// weighted sum of their outputs in float32, rounded once.
+template <typename Element>
+__global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) {
+    const int64_t row = blockIdx.x * int64_t(kMergeWarps) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= int64_t(p.batch) * p.rows * p.nheads) {
+        return;
+    }
+    const int head = int(row % p.nheads);
+    const int r = int(row / p.nheads % p.rows);
+    const int b = int(row / p.nheads / p.rows);
+    const int64_t lse_row = (int64_t(head) * p.batch + b) * p.splits * p.rows + r;
+    float top = -INFINITY;
+    for (int s = 0; s < p.splits; ++s) {
+        const float l = p.lse[lse_row + int64_t(s) * p.rows];
+        top = l == INFINITY ? top : fmaxf(top, l);
+    }
+    float total = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+        const float l = p.lse[lse_row + int64_t(s) * p.rows];
+        total += l == INFINITY ? 0.f : expf(l - top);
+    }
+    const float merged_lse = top == -INFINITY ? INFINITY : top + logf(total);
+    const auto *out = static_cast<const Element *>(p.out);
+    auto *merged = static_cast<Element *>(p.merged) + ((int64_t(b) * p.rows + r) * p.nheads + head) * p.head_dim;
+    for (int e = lane; e < p.head_dim; e += 32) {
+        float acc = 0.f;
+        for (int s = 0; s < p.splits; ++s) {
+            const float l = p.lse[lse_row + int64_t(s) * p.rows];
+            if (l != INFINITY) {
+                const int64_t chunk_row = (int64_t(b) * p.splits + s) * p.rows + r;
+                acc += expf(l - merged_lse) * float(out[chunk_row * p.out_row_stride + head * p.out_head_stride + e]);
+            }
+        }
+        merged[e] = Element(merged_lse == INFINITY ? 0.f : acc);
+    }
+    if (lane == 0) {
+        p.merged_lse[(int64_t(head) * p.batch + b) * p.rows + r] = merged_lse;
+    }
+}
+
+}  // namespace
+
+void launch_layout(const LayoutParams &p, cudaStream_t stream) {
+    layout_kernel<<<1, kLayoutThreads, 0, stream>>>(p);
+}
+
+template <typename Element>
+void launch_append(const AppendParams &p, cudaStream_t stream) {
+    const int64_t units = int64_t(p.batch) * (p.seqlen_new * p.nheads_k + (p.q_out ? p.seqlen_q * p.nheads : 0)) *
+                          (p.head_dim / 2);
+    const int64_t blocks = (units + kAppendThreads - 1) / kAppendThreads;
+    if (blocks > 0) {
+        append_kernel<Element><<<int(blocks < 65536 ? blocks : 65536), kAppendThreads, 0, stream>>>(p);
+    }
+}
+
+template <typename Element>
+void launch_merge(const MergeParams &p, cudaStream_t stream) {
+    const int64_t rows = int64_t(p.batch) * p.rows * p.nheads;
+    if (rows > 0) {
+        merge_kernel<Element><<<int((rows + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32, 0, stream>>>(p);
+    }
+}
+
+template void launch_append<__half>(const AppendParams &, cudaStream_t);
+template void launch_append<__nv_bfloat16>(const AppendParams &, cudaStream_t);
+template void launch_merge<__half>(const MergeParams &, cudaStream_t);
+template void launch_merge<__nv_bfloat16>(const MergeParams &, cudaStream_t);
+
+}  // namespace flash::kvcache

@@ -1,0 +1,396 @@
+"""flash_attn_with_kvcache, flash-attn 2.x's entry point for incremental decoding, on the varlen
+forward (kvcache_layout.py): the new keys and values are rotated and written into the cache with
+torch's indexing, then the forward reads the cache in place."""
+
+import functools
+import math
+
+import torch
+
+from flash_attn_cuda.checks import check_head_dim
+from flash_attn_cuda.interface import _attention
+from flash_attn_cuda import _extension
+from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits, rows_view, sequence_offsets
+from flash_attn_cuda.rotary import apply_rotary
+
+# Split-KV: the most chunks of a batch's keys (given, and picked by num_splits=0), the fewest keys
+# a chunk is given, and the fewest chunks worth their merge.
+MAX_SPLITS = 16
+AUTO_MAX_SPLITS = 8
+MIN_SPLIT_KEYS = 512
+MIN_SPLITS = 3
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q over a KV cache, after appending k and v to it in place (flash-attn 2.x).
+
+    q: (batch, seqlen_q, nheads, head_dim). k_cache, v_cache: (batch_cache, capacity, nheads_k,
+    head_dim), or with block_table (batch, max_blocks) int32 a paged cache (num_blocks,
+    page_block_size, nheads_k, head_dim) whose sequence b holds its token t in block
+    block_table[b, t // page_block_size]. cache_seqlens: int or (batch,) int32, the cache's
+    lengths (None: the whole capacity); cache_leftpad (batch,) int32: where each sequence's keys
+    start in its slot (0 if None); cache_batch_idx (batch,) int32: the slot of each batch (b if
+    None). Sequence b's keys are the rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new).
+    k, v (batch, seqlen_new, nheads_k, head_dim): written at rows cache_seqlens[b]... of the cache,
+    rotated first when rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2) are given, at positions
+    cache_seqlens[b] + t; q is rotated at cache_seqlens[b] + i where causal or windowed, else all
+    its rows at cache_seqlens[b]. causal, window_size, softcap, alibi_slopes as in
+    flash_attn_func, aligned to the bottom-right corner (query i of seqlen_q against the
+    sequence's seqlen_k keys). num_splits: chunks along the keys (split-KV; 0 picks them for the
+    GPU, 1 none); it changes the speed and the rounding, not the result. No backward.
+    Returns out (batch, seqlen_q, nheads, head_dim), and softmax_lse (batch, nheads, seqlen_q)
+    float32 with return_softmax_lse.
+
+    The cache lengths, offsets and block table are checked on the host (one device sync) unless
+    the same tensors passed before; under torch.compile and CUDA graph capture they are not, and
+    the writes and reads are clamped to the cache: bad values give wrong rows, never
+    out-of-bounds accesses.
+    """
+    shapes = _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                              cache_leftpad, block_table)
+    batch, seqlen_q, nheads, head_dim = q.shape
+    capacity, seqlen_new = shapes["capacity"], shapes["seqlen_new"]
+    facts = _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, shapes)
+    window = _normalized_window(window_size, capacity)
+    if k is not None:
+        q = _appended(k_cache, v_cache, k, v, q, _per_batch(cache_seqlens, batch, q.device, None), cache_batch_idx,
+                      block_table, rotary_cos, rotary_sin, rotary_interleaved, causal or window != (-1, -1), capacity)
+    if block_table is not None:
+        k_cache, v_cache = _gathered_pages(k_cache, v_cache, block_table, facts["longest"])
+    elif cache_batch_idx is not None and not facts["distinct_slots"]:
+        k_cache, v_cache = (c.index_select(0, cache_batch_idx) for c in (k_cache, v_cache))
+    slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
+    keys, values, rows_per_slot = _rows_of(k_cache, v_cache)
+
+    # Decoding with GQA: each KV head's group of query heads becomes its rows (one tile per KV head).
+    groups = nheads // k_cache.shape[2]
+    swap = seqlen_q == 1 and groups > 1 and window == (-1, -1) and alibi_slopes is None
+    rows = q.reshape(batch, k_cache.shape[2], groups, head_dim).transpose(1, 2) if swap else q
+    causal = causal and rows.shape[1] > 1 and not swap
+    splits = _splits(num_splits, rows, capacity if facts["longest"] is None else facts["longest"], causal, window,
+                     alibi_slopes)
+    sizes = (seqlen_new, rows_per_slot, rows.shape[1], splits, keys.shape[0])
+    if "lengths" in facts:
+        cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
+                                                  tuple(facts["slots"]) if slotted else None, *sizes, q.device)
+    else:
+        cu_q, cu_k, order, inverse = _device_layout(cache_seqlens, cache_leftpad, cache_batch_idx if slotted else None,
+                                                    capacity, batch, *sizes, q.device)
+    if order is not None:
+        rows = rows.index_select(0, order)
+        if alibi_slopes is not None and alibi_slopes.dim() == 2:
+            alibi_slopes = alibi_slopes.index_select(0, order)
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        # A slope row per sequence: none for those without query rows.
+        alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), alibi_slopes[:, None]), 1)
+        alibi_slopes = torch.cat((alibi_slopes.reshape(2 * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
+    packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
+    with torch.no_grad():
+        out, lse, _ = _attention(q=packed_q, k=keys, v=values, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                 max_seqlen_q=rows.shape[1], max_seqlen_k=capacity, dropout_p=0.0,
+                                 softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap,
+                                 alibi_slopes=alibi_slopes, deterministic=False, return_attn_probs=True,
+                                 check_offsets=False)
+    if splits > 1:
+        out, lse = merge_splits(out, lse, batch, splits)
+    out = out.reshape(batch, *rows.shape[1:])
+    lse = lse.reshape(lse.shape[0], batch, rows.shape[1])
+    if inverse is not None:
+        out, lse = out.index_select(0, inverse), lse.index_select(1, inverse)
+    if swap:
+        out = out.transpose(1, 2).reshape(batch, 1, nheads, head_dim)
+    if not return_softmax_lse:
+        return out
+    # lse (heads of the rows, batch, rows) -> (batch, nheads, seqlen_q)
+    return out, lse.permute(1, 0, 2).reshape(batch, nheads, seqlen_q)
+
+
+def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                     block_table):
+    """The shapes and kinds of the arguments (the op checks dtypes, devices and options again);
+    returns the sizes that follow from them."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor, got {_shape(t)}")
+    batch, seqlen_q, nheads, head_dim = q.shape
+    check_head_dim(head_dim)
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    nheads_k = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache's head dim must be q's ({head_dim}), got {k_cache.shape[3]}")
+    if nheads_k == 0 or nheads % nheads_k:
+        raise ValueError(f"nheads ({nheads}) must be a multiple of the cache's nheads_k ({nheads_k})")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+        if t is not None and (t.dtype != q.dtype or t.device != q.device):
+            raise ValueError(f"{name} must have q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, "
+                             f"{t.device}")
+    if (k is None) != (v is None):
+        raise ValueError("k and v go together: give both new keys and values, or neither")
+    seqlen_new = 0
+    if k is not None:
+        seqlen_new = k.shape[1] if k.dim() == 4 else -1
+        expected = (batch, seqlen_new, nheads_k, head_dim)
+        if k.dim() != 4 or tuple(k.shape) != expected or tuple(v.shape) != expected:
+            raise ValueError(f"k and v must be (batch, seqlen_new, nheads_k, head_dim) = {expected}, got "
+                             f"{_shape(k)} and {_shape(v)}")
+    for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                    ("cache_seqlens", cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)):
+        if t is not None:
+            _check_index_tensor(name, t, (batch,), q)
+    if cache_seqlens is not None and not isinstance(cache_seqlens, (int, torch.Tensor)):
+        raise TypeError(f"cache_seqlens must be an int or an int32 tensor, got {type(cache_seqlens).__name__}")
+    if block_table is not None:
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx cannot be used with block_table (a paged cache)")
+        if block_table.dim() != 2 or block_table.shape[0] != batch:
+            raise ValueError(f"block_table must be (batch, max_blocks) = ({batch}, ...), got {_shape(block_table)}")
+        _check_index_tensor("block_table", block_table, tuple(block_table.shape), q)
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    else:
+        if cache_batch_idx is None and k_cache.shape[0] < batch:
+            raise ValueError(f"k_cache has {k_cache.shape[0]} slots for a batch of {batch} (give cache_batch_idx)")
+        capacity = k_cache.shape[1]
+    if cache_seqlens is None and k is not None:
+        raise ValueError("k and v need cache_seqlens: where in the cache to write them")
+    if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= capacity - seqlen_new:
+        raise ValueError(f"cache_seqlens ({cache_seqlens}) plus seqlen_new ({seqlen_new}) must be within the "
+                         f"cache's capacity ({capacity})")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin go together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos / rotary_sin rotate the new keys: they need k and v")
+        if (rotary_cos.dim() != 2 or rotary_cos.shape != rotary_sin.shape or not 0 < 2 * rotary_cos.shape[1] <= head_dim
+                or rotary_cos.shape[0] < capacity):
+            raise ValueError(f"rotary_cos and rotary_sin must be (seqlen_ro, rotary_dim / 2) with seqlen_ro at least "
+                             f"the cache's capacity ({capacity}) and rotary_dim <= head_dim ({head_dim}), got "
+                             f"{_shape(rotary_cos)} and {_shape(rotary_sin)}")
+        if not rotary_cos.is_floating_point() or rotary_cos.device != q.device or rotary_sin.device != q.device:
+            raise ValueError("rotary_cos and rotary_sin must be floating-point tensors on q's device")
+    if seqlen_new > capacity:
+        raise ValueError(f"seqlen_new ({seqlen_new}) exceeds the cache's capacity ({capacity})")
+    return {"capacity": capacity, "seqlen_new": seqlen_new, "slots": k_cache.shape[0], "batch": batch}
+
+
+def _check_index_tensor(name, t, shape, q):
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or tuple(t.shape) != shape or t.device != q.device:
+        raise ValueError(f"{name} must be an int32 tensor of shape {shape} on q's device, got "
+                         f"{_shape(t)} {getattr(t, 'dtype', '')} {getattr(t, 'device', '')}")
+
+
+def _shape(t):
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _per_batch(value, batch, device, default):
+    """cache_seqlens or cache_leftpad as an int32 tensor (batch,)."""
+    if value is None:
+        value = default
+    if isinstance(value, int):
+        return torch.full((batch,), value, dtype=torch.int32, device=device)
+    return value
+
+
+def _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, shapes):
+    """Checks the values of the per-batch tensors given on the host, once per set of tensors and
+    sizes (a set that passed is marked on its first tensor and not read again until one of them is
+    modified in place); returns whether the slots are distinct and the longest sequence's keys
+    (None where not checked: under torch.compile and CUDA graph capture)."""
+    capacity, seqlen_new = shapes["capacity"], shapes["seqlen_new"]
+    given = [t for t in (cache_seqlens, cache_leftpad, cache_batch_idx, block_table) if isinstance(t, torch.Tensor)]
+    if not given:
+        length = capacity if cache_seqlens is None else cache_seqlens
+        return {"distinct_slots": True, "longest": length + seqlen_new, "lengths": [length] * shapes["batch"],
+                "starts": [0] * shapes["batch"], "slots": None}
+    if torch.compiler.is_compiling() or (given[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+        return {"distinct_slots": True, "longest": None}
+    key = (tuple(None if t.is_inference() else (t._version, t.data_ptr()) for t in given),
+           tuple(sorted(shapes.items())), cache_seqlens if isinstance(cache_seqlens, int) else None)
+    marks = getattr(given[0], "_flash_attn_cuda_kvcache_checked", None)
+    if marks is not None and None not in key[0] and key in marks:
+        return marks[key]
+    batch = shapes["batch"]
+    lengths = _host_list(cache_seqlens, batch, capacity)
+    starts = _host_list(cache_leftpad, batch, 0)
+    for b, (length, start) in enumerate(zip(lengths, starts)):
+        if not 0 <= length <= capacity - seqlen_new:
+            raise ValueError(f"cache_seqlens[{b}] ({length}) plus seqlen_new ({seqlen_new}) must be within the "
+                             f"cache's capacity ({capacity})")
+        if not 0 <= start <= length:
+            raise ValueError(f"cache_leftpad[{b}] ({start}) must be within [0, cache_seqlens[{b}] = {length}]")
+    facts = {"distinct_slots": True, "longest": max((n + seqlen_new - s for n, s in zip(lengths, starts)), default=0)}
+    facts["lengths"], facts["starts"], facts["slots"] = lengths, starts, None
+    if cache_batch_idx is not None:
+        slots = facts["slots"] = cache_batch_idx.tolist()
+        if any(not 0 <= s < shapes["slots"] for s in slots):
+            raise ValueError(f"cache_batch_idx must be within [0, {shapes['slots']}), got {slots}")
+        facts["distinct_slots"] = len(set(slots)) == len(slots)
+    if block_table is not None:
+        page = capacity // block_table.shape[1]
+        for b, (row, length) in enumerate(zip(block_table.tolist(), lengths)):
+            used = row[: (length + seqlen_new + page - 1) // page]
+            if any(not 0 <= blk < shapes["slots"] for blk in used):
+                raise ValueError(f"block_table[{b}] must name blocks within [0, {shapes['slots']}) for the "
+                                 f"{length + seqlen_new} tokens of sequence {b}, got {used}")
+    if None not in key[0]:
+        given[0]._flash_attn_cuda_kvcache_checked = {key: facts}
+    return facts
+
+
+def _host_list(value, batch, default):
+    value = default if value is None else value
+    return [value] * batch if isinstance(value, int) else value.tolist()
+
+
+def _normalized_window(window_size, capacity):
+    """window_size with a side at least the cache's capacity unbounded, as flash-attn's kvcache
+    entry normalizes it (the op bounds an unbounded side opposite a bounded one by max_seqlen_k,
+    which is the capacity here)."""
+    left, right = (int(w) for w in window_size)
+    return (-1 if left >= capacity else left), (-1 if right >= capacity else right)
+
+
+def _appended(k_cache, v_cache, k, v, q, seqlens, cache_batch_idx, block_table, cos, sin, interleaved, q_per_row,
+              capacity):
+    """Writes k and v into the caches (rotated where cos is given) and returns q (rotated where cos
+    is given), the lengths clamped to the cache: in one launch on the GPU (csrc/kvcache), with
+    torch on the CPU (where the tests run the layout on a stand-in forward)."""
+    if q.is_cuda:
+        rotated_q = _extension.ops().kvcache_append(
+            k_cache, v_cache, *(t if t.stride(-1) == 1 else t.contiguous() for t in (k, v, q)), seqlens.contiguous(),
+            cache_batch_idx, block_table, None if cos is None else cos.contiguous(),
+            None if sin is None else sin.contiguous(), interleaved, q_per_row, capacity)
+        return q if cos is None else rotated_q
+    seqlens = seqlens.clamp(0, capacity - k.shape[1])
+    if cos is not None:
+        k, q = _rotated(k, q, cos, sin, seqlens, q_per_row, interleaved)
+    _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capacity)
+    return q
+
+
+def _rotated(k, q, cos, sin, seqlens, per_row, interleaved):
+    """k rotated at positions seqlens[b] + t; q at seqlens[b] + i where per_row, else all of its
+    rows at seqlens[b]."""
+    steps = torch.arange(max(k.shape[1], q.shape[1]), device=k.device, dtype=seqlens.dtype)
+    positions = (seqlens[:, None] + steps).clamp(max=cos.shape[0] - 1)
+    q_positions = positions[:, : q.shape[1]] if per_row else positions[:, :1].expand(-1, q.shape[1])
+    return (apply_rotary(k, cos, sin, positions[:, : k.shape[1]], interleaved),
+            apply_rotary(q, cos, sin, q_positions, interleaved))
+
+
+def _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capacity):
+    """Writes k, v (batch, seqlen_new, ...) at rows seqlens[b] + t of each batch's cache."""
+    positions = (seqlens[:, None] + torch.arange(k.shape[1], device=k.device, dtype=seqlens.dtype)).clamp(0, capacity - 1)
+    if block_table is None:
+        slots = (cache_batch_idx if cache_batch_idx is not None
+                 else torch.arange(k.shape[0], device=k.device, dtype=positions.dtype))
+        index = (slots[:, None].expand_as(positions), positions)
+    else:
+        page = k_cache.shape[1]
+        blocks = block_table.long().gather(1, positions // page).clamp(0, k_cache.shape[0] - 1)
+        index = (blocks, positions % page)
+    k_cache.index_put_(index, k)
+    v_cache.index_put_(index, v)
+
+
+def _gathered_pages(k_cache, v_cache, block_table, longest):
+    """A paged cache's blocks per sequence, copied into (batch, blocks * page_block_size, ...):
+    the first blocks holding the longest sequence, or all where that is not known."""
+    page = k_cache.shape[1]
+    blocks = block_table.shape[1] if longest is None else max(1, math.ceil(longest / page))
+    index = block_table[:, :blocks].long().clamp(0, k_cache.shape[0] - 1)
+    return tuple(c[index].flatten(1, 2) for c in (k_cache, v_cache))
+
+
+@functools.lru_cache(maxsize=64)
+def _host_layout(lengths, starts, slots, seqlen_new, rows_per_slot, rows, splits, total_rows, device):
+    """(cu_seqlens_q, cu_seqlens_k, order, inverse) for checked host values, on the device in one
+    copy and kept for the next calls with the same values (a model's layers in one decode step):
+    order sorts the batches by slot (None where they are in order), inverse undoes it."""
+    batch = len(lengths)
+    order = sorted(range(batch), key=slots.__getitem__) if slots is not None else range(batch)
+    slot = slots if slots is not None else range(batch)
+    key_starts = torch.tensor([slot[b] * rows_per_slot + starts[b] for b in order])
+    key_lengths = torch.tensor([lengths[b] + seqlen_new - starts[b] for b in order])
+    cu_q, cu_k = sequence_offsets(key_starts, key_lengths, rows, splits, total_rows)
+    parts = [cu_q, cu_k]
+    if slots is not None:
+        parts += [torch.tensor(order, dtype=torch.int32), torch.tensor(sorted(range(batch), key=order.__getitem__),
+                                                                       dtype=torch.int32)]
+    on_device = torch.cat(parts).to(device).split([len(t) for t in parts])
+    return (*on_device, None, None) if slots is None else on_device
+
+
+def _device_layout(cache_seqlens, cache_leftpad, slots, capacity, batch, seqlen_new, rows_per_slot, rows, splits,
+                   total_rows, device):
+    """_host_layout's result from device tensors, the values clamped (unchecked: under
+    torch.compile and CUDA graph capture): in one launch on the GPU (csrc/kvcache), with torch on
+    the CPU."""
+    if device.type == "cuda":
+        lengths = cache_seqlens.contiguous() if isinstance(cache_seqlens, torch.Tensor) else None
+        default = capacity if cache_seqlens is None else (0 if lengths is not None else cache_seqlens)
+        cu_q, cu_k, order, inverse = _extension.ops().kvcache_layout(
+            torch.empty(0, device=device), lengths, default, None if cache_leftpad is None else cache_leftpad.contiguous(),
+            None if slots is None else slots.contiguous(), batch, seqlen_new, capacity, rows_per_slot, rows, splits,
+            SPLIT_ALIGN, total_rows)
+        return (cu_q, cu_k, None, None) if slots is None else (cu_q, cu_k, order, inverse)
+    lengths = _per_batch(cache_seqlens, batch, device, capacity).long().clamp(0, capacity - seqlen_new)
+    starts = torch.minimum(_per_batch(cache_leftpad, batch, device, 0).long().clamp(min=0), lengths)
+    slot, order, inverse = torch.arange(batch, device=device), None, None
+    if slots is not None:
+        order = torch.argsort(slots, stable=True)
+        inverse = torch.argsort(order)
+        slot, lengths, starts = slots.long()[order], lengths[order], starts[order]
+    cu_q, cu_k = sequence_offsets(slot * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits,
+                                  total_rows)
+    return cu_q, cu_k, order, inverse
+
+
+def _rows_of(k_cache, v_cache):
+    """k_cache and v_cache as (rows, nheads_k, d) tensors with one row layout, copied only where
+    their strides do not allow a view."""
+    k_rows, v_rows = rows_view(k_cache), rows_view(v_cache)
+    if k_rows is None or v_rows is None or k_rows[1] != v_rows[1]:
+        k_rows, v_rows = rows_view(k_cache.contiguous()), rows_view(v_cache.contiguous())
+    return k_rows[0], v_rows[0], k_rows[1]
+
+
+def _splits(num_splits, rows, longest, causal, window, alibi_slopes):
+    """How many chunks split-KV cuts each batch's keys into. A chunk sees all of its batch's query
+    rows, so only problems whose rows all see every key split (no causal mask over several rows,
+    window or ALiBi, whose offsets a chunk would shift). num_splits=0: a decoding tile is bound by
+    one warpgroup's chain of GEMMs and softmax per key block, so chunks pay on up to two tiles per
+    SM: enough chunks for a tile per SM, at least MIN_SPLITS and at most AUTO_MAX_SPLITS, none
+    shorter than MIN_SPLIT_KEYS keys (run 366's sweep, benchmarks/NOTES.md)."""
+    if causal or window != (-1, -1) or alibi_slopes is not None or num_splits == 1:
+        return 1
+    if num_splits > 1:
+        return min(num_splits, MAX_SPLITS)
+    batch, seqlen, nheads = rows.shape[:3]
+    tiles = batch * nheads * math.ceil(seqlen / 128)
+    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count if rows.is_cuda else 1
+    if longest < MIN_SPLITS * MIN_SPLIT_KEYS or tiles > 2 * sms:
+        return 1
+    return min(max(sms // max(tiles, 1), MIN_SPLITS), AUTO_MAX_SPLITS, longest // MIN_SPLIT_KEYS)

@@ -1,0 +1,76 @@
+"""A KV cache seen as a varlen batch, so that flash_attn_with_kvcache runs on the varlen forward.
+
+The cache's rows (batch_cache, capacity, nheads_k, d) are read in place as one packed tensor of
+rows. Each query batch's keys are the rows [leftpad, cache_seqlens + seqlen_new) of its cache slot;
+the rows between two batches' keys (the unused end of one slot, the left padding of the next)
+become sequences of their own with no query rows, which the kernels skip. Split along the keys
+(split-KV, for decoding batches too small to fill the GPU), a batch's keys become several
+consecutive sequences that each see the batch's query rows, and merge_splits combines their
+outputs by their logsumexps. On the GPU the offsets of unchecked values (CUDA graph capture) and
+the merge run as kernels of their own (csrc/kvcache); the torch here is what they compute."""
+
+import torch
+
+from flash_attn_cuda import _extension
+
+# Split boundaries fall on multiples of the kernels' key blocks.
+SPLIT_ALIGN = 128
+
+
+def rows_view(cache):
+    """(cache as a (rows, nheads_k, d) tensor, rows per slot) without a copy, or None where its
+    strides do not allow it (slots not a whole number of rows apart, or overlapping)."""
+    slots, capacity = cache.shape[:2]
+    row_stride = cache.stride(1)
+    if slots == 1:
+        per_slot = capacity
+    elif row_stride > 0 and cache.stride(0) % row_stride == 0 and cache.stride(0) // row_stride >= capacity:
+        per_slot = cache.stride(0) // row_stride
+    else:
+        return None
+    total = (slots - 1) * per_slot + capacity
+    view = cache.as_strided((total, *cache.shape[2:]), (row_stride, *cache.stride()[2:]), cache.storage_offset())
+    return view, per_slot
+
+
+def sequence_offsets(key_starts, key_lengths, rows_per_batch, splits, total_rows):
+    """(cu_seqlens_q, cu_seqlens_k) int32 for batches whose keys start at key_starts (increasing,
+    not overlapping) with key_lengths keys each, rows_per_batch query rows each, in splits chunks:
+    per batch, a sequence with no query rows that spans the rows before its keys, then its splits
+    chunks (rows_per_batch query rows each); and one last such sequence up to total_rows. Chunks
+    are SPLIT_ALIGN-aligned, the last ones possibly empty. The key offsets are made non-decreasing
+    and kept within [0, total_rows], so that unchecked cache lengths cannot take a sequence out of
+    the tensors."""
+    batch = key_starts.shape[0]
+    device = key_starts.device
+    chunk = (key_lengths + splits - 1) // splits
+    if splits > 1:
+        chunk = (chunk + SPLIT_ALIGN - 1) // SPLIT_ALIGN * SPLIT_ALIGN
+    ends = torch.minimum(chunk[:, None] * torch.arange(1, splits + 1, device=device), key_lengths[:, None])
+    bounds = torch.cat((key_starts[:, None], key_starts[:, None] + ends), dim=1).flatten()
+    zero = torch.zeros(1, dtype=bounds.dtype, device=device)
+    last = torch.full((1,), total_rows, dtype=bounds.dtype, device=device)
+    cu_k = torch.cat((zero, bounds, last)).clamp(0, total_rows).cummax(0).values
+    chunk_ends = rows_per_batch * torch.arange(splits + 1, device=device)
+    cu_q = (rows_per_batch * splits * torch.arange(batch, device=device))[:, None] + chunk_ends
+    cu_q = torch.cat((zero, cu_q.flatten(), torch.full((1,), batch * splits * rows_per_batch, device=device)))
+    return cu_q.to(torch.int32), cu_k.to(torch.int32)
+
+
+def merge_splits(out, lse, batch, splits):
+    """out (batch * splits * rows, nheads, d) and lse (nheads, batch * splits * rows) of the chunks
+    (lse +inf where a chunk has no key for the row) -> out (batch * rows, nheads, d) in out's dtype
+    and lse (nheads, batch * rows), +inf where no chunk has a key: in one launch on the GPU
+    (csrc/kvcache), with torch on the CPU."""
+    if out.is_cuda:
+        return _extension.ops().kvcache_merge(out, lse.contiguous(), batch, splits)
+    nheads, rows = lse.shape[0], lse.shape[1] // (batch * splits)
+    chunk_out = out.reshape(batch, splits, rows, *out.shape[1:])
+    chunk_lse = lse.reshape(nheads, batch, splits, rows)
+    chunk_lse = chunk_lse.masked_fill(chunk_lse == float("inf"), float("-inf"))
+    total = torch.logsumexp(chunk_lse, dim=2)  # (nheads, batch, rows)
+    weights = torch.exp(chunk_lse - total[:, :, None]).nan_to_num(0.0)  # 0 for rows with no key at all
+    compute = torch.promote_types(out.dtype, torch.float32)
+    merged = torch.einsum("hbsr,bsrhd->brhd", weights.to(compute), chunk_out.to(compute))
+    total = total.masked_fill(total == float("-inf"), float("inf"))
+    return merged.to(out.dtype).flatten(0, 1), total.flatten(1)

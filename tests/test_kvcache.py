@@ -1,0 +1,368 @@
+"""flash_attn_with_kvcache against a reference that builds each sequence's keys by hand: the
+layout of the cache as a varlen batch (CPU, on a plain-torch stand-in for the forward), the kernels
+under the numerics rule (GPU), the cache written in place, and the argument checks (CPU)."""
+
+import pytest
+import torch
+
+from conftest import assert_lse_within, assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
+from flash_attn_cuda import flash_attn_with_kvcache
+from flash_attn_cuda import kvcache as kvcache_module
+from flash_attn_cuda.reference import attention_ref
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """Rotary embedding written as complex multiplication (interleaved) or with rotate-half
+    (GPT-NeoX), in float64: x (batch, seqlen, nheads, d), positions (batch, seqlen)."""
+    half = cos.shape[1]
+    angle_cos, angle_sin = cos.double()[positions][:, :, None], sin.double()[positions][:, :, None]
+    head, tail = x[..., : 2 * half].double(), x[..., 2 * half :]
+    if interleaved:
+        pairs = torch.view_as_complex(head.reshape(*head.shape[:-1], half, 2).contiguous())
+        turned = torch.view_as_real(pairs * torch.complex(angle_cos, angle_sin)).flatten(-2)
+    else:
+        cos_full, sin_full = torch.cat((angle_cos, angle_cos), -1), torch.cat((angle_sin, angle_sin), -1)
+        rotate_half = torch.cat((-head[..., half:], head[..., :half]), -1)
+        turned = head * cos_full + rotate_half * sin_full
+    return torch.cat((turned.to(x.dtype), tail), -1)
+
+
+def kvcache_reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                      cache_batch_idx=None, cache_leftpad=None, block_table=None, causal=False, window_size=(-1, -1),
+                      softcap=0.0, alibi_slopes=None, rotary_interleaved=True, softmax_scale=None):
+    """(out in float32, out of the standard implementation, lse, the caches after the append),
+    sequence by sequence: the slot's rows (or its pages in order), the new rows written at
+    cache_seqlens, the keys [leftpad, cache_seqlens + seqlen_new) given to attention_ref."""
+    batch, seqlen_q = q.shape[:2]
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    page = k_cache.shape[1]
+    capacity = block_table.shape[1] * page if block_table is not None else k_cache.shape[1]
+    seqlen_new = 0 if k is None else k.shape[1]
+    outs, pts, lses = [], [], []
+    for b in range(batch):
+        length = capacity if cache_seqlens is None else int(cache_seqlens if isinstance(cache_seqlens, int)
+                                                             else cache_seqlens[b])
+        start = 0 if cache_leftpad is None else int(cache_leftpad[b])
+        q_b = q[b : b + 1]
+        if block_table is not None:
+            rows = [(int(block_table[b, t // page]), t % page) for t in range(capacity)]
+        else:
+            slot = b if cache_batch_idx is None else int(cache_batch_idx[b])
+            rows = [(slot, t) for t in range(capacity)]
+        if k is not None:
+            k_b = k[b : b + 1]
+            if rotary_cos is not None:
+                positions = torch.arange(length, length + seqlen_new, device=q.device)[None]
+                k_b = rotate(k_b, rotary_cos, rotary_sin, positions, rotary_interleaved)
+                per_row = causal or tuple(window_size) != (-1, -1)
+                q_positions = (torch.arange(length, length + seqlen_q, device=q.device) if per_row
+                               else torch.full((seqlen_q,), length, device=q.device))
+                q_b = rotate(q_b, rotary_cos, rotary_sin, q_positions[None], rotary_interleaved)
+            for t in range(seqlen_new):
+                k_cache[rows[length + t]] = k_b[0, t]
+                v_cache[rows[length + t]] = v[b, t]
+        used = rows[start : length + seqlen_new]
+        keys = torch.stack([k_cache[r] for r in used])[None] if used else k_cache[:1, :0]
+        values = torch.stack([v_cache[r] for r in used])[None] if used else v_cache[:1, :0]
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b : b + 1]
+        variant = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=slopes,
+                       softmax_scale=softmax_scale, window_seqlen_k=capacity, compute_dtype=compute_dtype_of(q))
+        out, lse = attention_ref(q_b, keys, values, **variant)
+        pt, _ = attention_ref(q_b, keys, values, upcast=False, **variant)
+        outs.append(out)
+        pts.append(pt)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(pts), torch.cat(lses), k_cache, v_cache
+
+
+def compute_dtype_of(q):
+    """The reference's float32, or float64 for the CPU layout test's float64 inputs."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def varlen_stand_in(*, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                    window_size, softcap, alibi_slopes, **unused):
+    """The varlen forward of the op in plain torch (attention_ref per sequence, the window
+    normalized by max_seqlen_k, sequences clamped to it as the kernels do): (out, lse, None)."""
+    nheads = q.shape[1]
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((nheads, q.shape[0]), float("nan"), dtype=torch.float32)
+    cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for s in range(len(cu_q) - 1):
+        q0, q1, k0 = cu_q[s], cu_q[s + 1], cu_k[s]
+        k1 = min(cu_k[s + 1], k0 + max_seqlen_k)
+        if q1 == q0:
+            continue
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[s : s + 1]
+        o, l = attention_ref(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal, window_size=window_size,
+                             softcap=softcap, alibi_slopes=slopes, softmax_scale=softmax_scale,
+                             window_seqlen_k=max_seqlen_k, compute_dtype=compute_dtype_of(q))
+        out[q0:q1], lse[:, q0:q1] = o[0], l[0]
+    return out, lse, None
+
+
+def random_case(device, dtype, batch=3, seqlen_q=4, nheads=4, nheads_k=2, head_dim=32, capacity=300, seqlen_new=3,
+                slots=None, page=None, seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device).to(dtype)
+
+    q = randn(batch, seqlen_q, nheads, head_dim)
+    if page is None:
+        shape = ((slots or batch), capacity, nheads_k, head_dim)
+    else:
+        shape = (batch * capacity // page + 2, page, nheads_k, head_dim)
+    k_cache, v_cache = randn(*shape), randn(*shape)
+    k = randn(batch, seqlen_new, nheads_k, head_dim) if seqlen_new else None
+    v = randn(batch, seqlen_new, nheads_k, head_dim) if seqlen_new else None
+    return q, k_cache, v_cache, k, v
+
+
+def lengths(values, device):
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+def rotary_tables(seqlen_ro, rotary_dim, device, dtype):
+    angles = torch.arange(seqlen_ro, device=device)[:, None] * 0.37 ** torch.arange(rotary_dim // 2, device=device)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# Each case: the keyword arguments beyond q, the caches, k and v (built per device by make_case).
+CASES = {
+    "lengths": dict(cache_seqlens=[0, 37, 290]),
+    "int_length": dict(cache_seqlens=100),
+    "leftpad": dict(cache_seqlens=[5, 200, 297], cache_leftpad=[5, 17, 1]),
+    "batch_idx": dict(cache_seqlens=[50, 0, 129], cache_batch_idx=[3, 0, 2], slots=5),
+    "batch_idx_repeated_read_only": dict(cache_seqlens=[60, 60, 7], cache_batch_idx=[1, 1, 0], slots=2,
+                                          seqlen_new=0),
+    "paged": dict(cache_seqlens=[0, 131, 250], page=64),
+    "causal": dict(cache_seqlens=[0, 77, 290], causal=True),
+    "causal_more_rows_than_keys": dict(cache_seqlens=[0, 2, 5], causal=True, seqlen_q=9),
+    "window": dict(cache_seqlens=[20, 150, 290], window_size=(40, 0)),
+    "window_both_sides": dict(cache_seqlens=[20, 150, 290], window_size=(7, 3), seqlen_q=6),
+    "softcap": dict(cache_seqlens=[3, 99, 180], softcap=5.0),
+    "alibi_per_batch": dict(cache_seqlens=[3, 99, 180], alibi=(3, 4), causal=True, cache_batch_idx=[2, 0, 1]),
+    "alibi_per_head": dict(cache_seqlens=[3, 99, 180], alibi=(4,)),
+    "rotary_interleaved_causal": dict(cache_seqlens=[0, 40, 200], rotary=16, causal=True),
+    "rotary_neox": dict(cache_seqlens=[0, 40, 200], rotary=32, rotary_interleaved=False),
+    "rotary_windowed_leftpad": dict(cache_seqlens=[9, 40, 200], cache_leftpad=[2, 0, 33], rotary=8,
+                                    window_size=(50, -1)),
+    "decode_gqa": dict(cache_seqlens=[1, 260, 297], seqlen_q=1, nheads=8, nheads_k=2, causal=True),
+    "decode_gqa_rotary_paged": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, nheads=8, nheads_k=2, rotary=16,
+                                    page=64),
+    "decode_split": dict(cache_seqlens=[1, 270, 297], seqlen_q=1, num_splits=3),
+    "split_rows": dict(cache_seqlens=[0, 270, 297], seqlen_q=5, num_splits=4, nheads_k=4),
+    "split_sequence_without_keys": dict(cache_seqlens=[0, 200, 290], seqlen_new=0, seqlen_q=1, num_splits=2),
+    "no_new_keys": dict(cache_seqlens=[10, 0, 300], seqlen_new=0),
+    "whole_cache": dict(seqlen_new=0),
+}
+
+
+def make_case(name, device, dtype, seed=0, head_dim=32):
+    """(q, k_cache, v_cache, k, v, the other arguments) of flash_attn_with_kvcache for the case."""
+    case = dict(CASES[name], head_dim=head_dim)
+    shape_keys = ("batch", "seqlen_q", "nheads", "nheads_k", "head_dim", "capacity", "seqlen_new", "slots", "page")
+    shape = {key: case.pop(key) for key in shape_keys if key in case}
+    q, k_cache, v_cache, k, v = random_case(device, dtype, seed=seed, **shape)
+    kwargs = {}
+    for key in ("cache_seqlens", "cache_leftpad", "cache_batch_idx"):
+        if key in case:
+            value = case.pop(key)
+            kwargs[key] = value if isinstance(value, int) else lengths(value, device)
+    if "page" in shape:
+        page, batch = shape["page"], q.shape[0]
+        blocks = 300 // page + 1
+        perm = torch.randperm(k_cache.shape[0], generator=torch.Generator().manual_seed(seed))[: batch * blocks]
+        kwargs["block_table"] = perm.reshape(batch, blocks).to(torch.int32).to(device)
+    if "rotary" in case:
+        capacity = kwargs["block_table"].shape[1] * shape["page"] if "page" in shape else k_cache.shape[1]
+        kwargs["rotary_cos"], kwargs["rotary_sin"] = rotary_tables(capacity + 5, case.pop("rotary"), device, dtype)
+    if "alibi" in case:
+        gen = torch.Generator(device=device).manual_seed(seed + 1)
+        kwargs["alibi_slopes"] = torch.rand(*case.pop("alibi"), generator=gen, device=device)
+    kwargs.update(case)
+    return q, k_cache, v_cache, k, v, kwargs
+
+
+def unchecked(checked_values):
+    """_checked_values with the host values dropped from what it returns (the checks still run)."""
+    def facts_without_values(*args):
+        facts = dict(checked_values(*args))
+        for key in ("lengths", "starts", "slots"):
+            facts.pop(key, None)
+        facts["longest"] = None
+        return facts
+    return facts_without_values
+
+
+def run_case(q, k_cache, v_cache, k, v, kwargs):
+    """flash_attn_with_kvcache on copies of the caches, and the reference: (out, lse, caches, reference)."""
+    k_ours, v_ours = k_cache.clone(), v_cache.clone()
+    out, lse = flash_attn_with_kvcache(q, k_ours, v_ours, k, v, return_softmax_lse=True, **kwargs)
+    reference_kwargs = {key: value for key, value in kwargs.items() if key != "num_splits"}
+    reference = kvcache_reference(q, k_cache, v_cache, k, v, **reference_kwargs)
+    return out, lse, (k_ours, v_ours), reference
+
+
+@pytest.mark.parametrize("layout", ["host", "device"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cache_layout_matches_reference_on_cpu(name, layout, monkeypatch):
+    """The cache as a varlen batch (gap sequences, sorted slots, pages, the decode GQA rows,
+    split-KV and its merge, rotary, the append), with the forward replaced by plain torch; the
+    offsets built on the host from the checked values, or on the device from the tensors (as
+    under CUDA graph capture, where nothing is read back)."""
+    monkeypatch.setattr(kvcache_module, "_attention", varlen_stand_in)
+    if layout == "device":
+        monkeypatch.setattr(kvcache_module, "_checked_values", unchecked(kvcache_module._checked_values))
+    q, k_cache, v_cache, k, v, kwargs = make_case(name, "cpu", torch.float64)
+    out, lse, (k_ours, v_ours), (out_ref, _, lse_ref, k_ref, v_ref) = run_case(q, k_cache, v_cache, k, v, kwargs)
+    assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    # float64 throughout, but the chunks' lse are float32 (as the op's), which weight split-KV's merge.
+    torch.testing.assert_close(out, out_ref, rtol=0, atol=1e-6)
+    assert torch.equal(lse.isfinite(), lse_ref.isfinite())
+    torch.testing.assert_close(lse[lse.isfinite()], lse_ref[lse_ref.isfinite()], rtol=0, atol=1e-6)
+    torch.testing.assert_close(k_ours, k_ref, rtol=1e-12, atol=1e-12)
+    assert torch.equal(v_ours, v_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_kvcache_matches_reference(name, dtype, head_dim):
+    skip_unbuilt(head_dim, dtype)
+    q, k_cache, v_cache, k, v, kwargs = make_case(name, "cuda", dtype, seed=head_dim, head_dim=head_dim)
+    poison_allocator()
+    out, lse, (k_ours, v_ours), (out_ref, out_pt, lse_ref, k_ref, v_ref) = run_case(q, k_cache, v_cache, k, v,
+                                                                                    kwargs)
+    assert out.dtype == dtype
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+    # The rotation rounds once to the dtype in both (float32 against float64 before rounding).
+    torch.testing.assert_close(k_ours, k_ref, rtol=1e-2, atol=1e-2)
+    assert torch.equal(v_ours, v_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 5])
+def test_long_decode_split_kv_matches_reference(num_splits):
+    """One decode step over 8k-token caches of a batch too small to fill the GPU (split-KV by
+    default), GQA, bf16 at d=128."""
+    skip_unbuilt(128, torch.bfloat16)
+    gen = torch.Generator(device="cuda").manual_seed(num_splits)
+    batch, capacity = 2, 8192
+    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_cache, v_cache = (torch.randn(batch, capacity, 2, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                        for _ in range(2))
+    k, v = (torch.randn(batch, 1, 2, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    kwargs = dict(cache_seqlens=lengths([8000, 3001], "cuda"), num_splits=num_splits)
+    out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, k, v, kwargs)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_decode_under_cuda_graph_replay():
+    """Captured once, replayed after the lengths move on: the cache grows by the new row each time
+    and the output follows the new lengths (no host check runs under capture)."""
+    skip_unbuilt(64, torch.bfloat16)
+    q, k_cache, v_cache, k, v = random_case("cuda", torch.bfloat16, seqlen_q=1, head_dim=64, seqlen_new=1)
+    seqlens = lengths([3, 100, 250], "cuda")
+    start_cache = (k_cache.clone(), v_cache.clone())
+    flash_attn_with_kvcache(q, k_cache.clone(), v_cache.clone(), k, v, cache_seqlens=seqlens)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+    k_cache.copy_(start_cache[0])
+    v_cache.copy_(start_cache[1])
+    for step in range(3):
+        before = (k_cache.clone(), v_cache.clone())
+        graph.replay()
+        out_ref, out_pt, _, k_ref, _ = kvcache_reference(q, *before, k, v, cache_seqlens=seqlens)
+        assert_within_rule("out", out, out_ref, out_pt)
+        assert torch.equal(k_cache, k_ref)
+        seqlens += 1
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("batch,valid", [(1, True), (3, True), (37, True), (1500, False)])
+def test_layout_kernel_matches_torch(batch, valid, splits):
+    """The offsets of csrc/kvcache's layout kernel (under CUDA graph capture) against the same steps
+    in torch: slots repeated and out of order, left padding; 1500 batches (more than a block's
+    threads, several chunks of its running max), with lengths and padding out of range (clamped)."""
+    gen = torch.Generator().manual_seed(batch + splits)
+    capacity, seqlen_new, rows_per_slot, slots = 700, 2, 800, batch + 3
+    top = capacity - seqlen_new + (0 if valid else 60)
+    seqlens = torch.randint(0, top + 1, (batch,), generator=gen, dtype=torch.int32)
+    leftpad = (torch.rand(batch, generator=gen) * (seqlens + 1)).to(torch.int32) - (0 if valid else 5)
+    slot_of = torch.randint(0, slots, (batch,), generator=gen, dtype=torch.int32)
+    sizes = (capacity, batch, seqlen_new, rows_per_slot, 5, splits, (slots - 1) * rows_per_slot + capacity)
+    expected = kvcache_module._device_layout(seqlens, leftpad, slot_of, *sizes, torch.device("cpu"))
+    got = kvcache_module._device_layout(seqlens.cuda(), leftpad.cuda(), slot_of.cuda(), *sizes, torch.device("cuda"))
+    for name, e, g in zip(("cu_seqlens_q", "cu_seqlens_k", "order", "inverse"), expected, got):
+        assert torch.equal(g.cpu().long(), e.long()), name
+
+
+def cpu_case(**overrides):
+    q, k_cache, v_cache, k, v = random_case("cpu", torch.float32)
+    args = dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, cache_seqlens=lengths([1, 2, 3], "cpu"))
+    args.update(overrides)
+    return args
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(k_cache=torch.zeros(3, 300, 2)), "k_cache must be a 4-D tensor"),
+    (dict(v_cache=torch.zeros(3, 200, 2, 32)), "one shape"),
+    (dict(k_cache=torch.zeros(3, 300, 3, 32), v_cache=torch.zeros(3, 300, 3, 32)), "multiple of"),
+    (dict(k_cache=torch.zeros(3, 300, 2, 16), v_cache=torch.zeros(3, 300, 2, 16)), "head dim"),
+    (dict(k_cache=torch.zeros(3, 300, 2, 32, dtype=torch.float64),
+          v_cache=torch.zeros(3, 300, 2, 32, dtype=torch.float64)), "dtype"),
+    (dict(v=None), "k and v go together"),
+    (dict(k=torch.zeros(3, 2, 2, 32)), "seqlen_new"),
+    (dict(cache_seqlens=None), "need cache_seqlens"),
+    (dict(cache_seqlens=298), "capacity"),
+    (dict(cache_seqlens=torch.tensor([1, 2, 3])), "int32"),
+    (dict(cache_seqlens=lengths([1, 2], "cpu")), "shape"),
+    (dict(cache_seqlens=lengths([1, 298, 3], "cpu")), r"cache_seqlens\[1\]"),
+    (dict(cache_seqlens=lengths([1, -1, 3], "cpu")), r"cache_seqlens\[1\]"),
+    (dict(cache_leftpad=lengths([0, 3, 0], "cpu")), r"cache_leftpad\[1\]"),
+    (dict(cache_batch_idx=lengths([0, 1, 3], "cpu")), "cache_batch_idx must be within"),
+    (dict(k_cache=torch.zeros(2, 300, 2, 32), v_cache=torch.zeros(2, 300, 2, 32)), "slots for a batch"),
+    (dict(block_table=lengths([[0], [1], [2]], "cpu"), cache_batch_idx=lengths([0, 1, 2], "cpu")),
+     "cannot be used with block_table"),
+    (dict(block_table=lengths([[0], [1]], "cpu")), "block_table must be"),
+    (dict(block_table=lengths([[0], [1], [3]], "cpu")), r"block_table\[2\]"),
+    (dict(rotary_cos=torch.zeros(300, 8)), "go together"),
+    (dict(rotary_cos=torch.zeros(300, 8), rotary_sin=torch.zeros(300, 8), k=None, v=None), "need k and v"),
+    (dict(rotary_cos=torch.zeros(299, 8), rotary_sin=torch.zeros(299, 8)), "seqlen_ro"),
+    (dict(rotary_cos=torch.zeros(300, 17), rotary_sin=torch.zeros(300, 17)), "rotary_dim"),
+])
+def test_bad_arguments_raise(overrides, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        flash_attn_with_kvcache(**cpu_case(**overrides))
+
+
+def test_checked_lengths_are_read_once(monkeypatch):
+    """The lengths of a decode step are read back to the host once for all of a model's layers,
+    and again once modified in place."""
+    monkeypatch.setattr(kvcache_module, "_attention", varlen_stand_in)
+    reads = []
+    real = kvcache_module._host_list
+    monkeypatch.setattr(kvcache_module, "_host_list", lambda *a: reads.append(1) or real(*a))
+    args = cpu_case()
+    for _ in range(3):
+        flash_attn_with_kvcache(**args)
+    assert len(reads) == 2  # cache_seqlens and cache_leftpad, once
+    args["cache_seqlens"] += 1
+    flash_attn_with_kvcache(**args)
+    assert len(reads) == 4
