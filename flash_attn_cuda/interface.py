@@ -2,6 +2,7 @@
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from flash_attn_cuda import _extension
@@ -151,13 +152,52 @@ def flash_attn_varlen_func(
     each sequence. Returns out (total_q, nheads, head_dim), or (out, softmax_lse, None) with
     return_attn_probs, softmax_lse being (nheads, total_q) float32. The offsets are checked on the
     host (one device sync) except under torch.compile and CUDA graph capture.
+    block_table (batch, max_blocks) int32: k and v are a paged cache (num_blocks, page_block_size,
+    nheads_k, head_dim) whose sequence b holds its key j in block block_table[b, j //
+    page_block_size]; the keys are gathered into packed tensors (a copy, through which the
+    gradients reach the pages), which needs the offsets on the host: not under torch.compile or
+    CUDA graph capture.
     """
     if block_table is not None:
-        raise NotImplementedError("flash_attn_cuda: block_table (paged KV cache) is not implemented yet")
+        k, v = _paged_keys(k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0])
     return _attention(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, deterministic=deterministic, return_attn_probs=return_attn_probs)
+
+
+def _paged_keys(k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q):
+    """k and v of a paged cache (num_blocks, page_block_size, nheads_k, d) gathered into packed
+    (total_k, nheads_k, d) by block_table, after the checks that keep the gather in bounds."""
+    if torch.compiler.is_compiling() or (k.is_cuda and torch.cuda.is_current_stream_capturing()):
+        raise NotImplementedError("flash_attn_varlen_func: block_table reads cu_seqlens_k on the host, which "
+                                  "cannot happen under torch.compile or CUDA graph capture")
+    if k.dim() != 4 or v.shape != k.shape:
+        raise ValueError(f"with block_table, k and v must be (num_blocks, page_block_size, nheads_k, head_dim) "
+                         f"of one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if not (isinstance(cu_seqlens_k, torch.Tensor) and cu_seqlens_k.dtype == torch.int32 and cu_seqlens_k.dim() == 1
+            and cu_seqlens_k.numel() >= 1):
+        raise ValueError("cu_seqlens_k must be a 1-D int32 tensor of length batch + 1")
+    batch = cu_seqlens_k.shape[0] - 1
+    if (block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch
+            or block_table.device != k.device):
+        raise ValueError(f"block_table must be int32 (batch, max_blocks) = ({batch}, ...) on k's device, got "
+                         f"{tuple(block_table.shape)} {block_table.dtype} {block_table.device}")
+    num_blocks, page = k.shape[:2]
+    if max_seqlen_k > block_table.shape[1] * page:
+        raise ValueError(f"max_seqlen_k ({max_seqlen_k}) exceeds what block_table holds ({block_table.shape[1]} "
+                         f"blocks of {page})")
+    total_k = int(cu_seqlens_k[-1])
+    check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k)
+    offsets = cu_seqlens_k.long()
+    positions = torch.arange(total_k, device=k.device)
+    sequence = torch.searchsorted(offsets[1:], positions, right=True)
+    key = positions - offsets[sequence]
+    blocks = block_table.long()[sequence, key // page]
+    if not bool(((blocks >= 0) & (blocks < num_blocks)).all()):
+        raise ValueError(f"block_table names blocks outside [0, {num_blocks}) for the keys of cu_seqlens_k")
+    rows = blocks * page + key % page
+    return k.flatten(0, 1)[rows], v.flatten(0, 1)[rows]
 
 
 def flash_attn_varlen_qkvpacked_func(

@@ -312,8 +312,6 @@ def test_varlen_bad_inputs_raise():
         flash_attn_varlen_func(q[:, :3], k, v, cu, cu, 20, 20)
     with pytest.raises(ValueError, match="total_q, nheads, head_dim"):
         flash_attn_varlen_func(q[:, None], k, v, cu, cu, 20, 20)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        flash_attn_varlen_func(q, k, v, cu, cu, 20, 20, block_table=cu)
 
 
 def check(lengths_or_offsets_q, offsets_k=None, max_q=100, max_k=100, total_q=None, total_k=None, dtype=torch.int32):
@@ -476,3 +474,60 @@ def test_varlen_sequences_are_isolated_from_their_neighbours(head_dim, causal, k
     for name, a, b, rows in zip(("out", "dq", "dk", "dv"), clean, dirty, (rows_q, rows_q, rows_k, rows_k)):
         assert torch.isfinite(b[rows]).all(), f"{name}: a neighbour's NaN or inf came in"
         assert torch.equal(a[rows], b[rows]), name
+
+
+def paged(k, lengths, page, seed):
+    """k (total_k, nheads_k, d) of sequences of these lengths laid into pages of a cache of shuffled
+    blocks (and two spare ones): (pages, block_table, rows of the pages' flat rows in k's order)."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = max((n + page - 1) // page for n in lengths)
+    order = torch.randperm(len(lengths) * blocks + 2, generator=gen)
+    table = order[: len(lengths) * blocks].reshape(len(lengths), blocks)
+    rows = torch.cat([table[b, torch.arange(n) // page] * page + torch.arange(n) % page for b, n in enumerate(lengths)])
+    pages = torch.zeros(len(order) * page, *k.shape[1:], dtype=k.dtype, device=k.device)
+    pages[rows.to(k.device)] = k
+    return pages.reshape(len(order), page, *k.shape[1:]), table.to(torch.int32).to(k.device), rows.to(k.device)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_paged_keys_equal_packed(causal):
+    """block_table: the same output and gradients as the keys packed, bitwise (deterministic, so
+    that dq's adds come in one order); the gradients reach the pages' rows and nothing else."""
+    skip_unbuilt(64, torch.bfloat16)
+    lengths_q, lengths_k = [3, 0, 200, 129], [5, 0, 300, 256]
+    q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, 64, torch.bfloat16, seed=11)
+    k_pages, table, rows = paged(k, lengths_k, 128, seed=1)
+    v_pages, _, _ = paged(v, lengths_k, 128, seed=1)
+    cu_q, cu_k = cu_seqlens_of(lengths_q), cu_seqlens_of(lengths_k)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k_pages, v_pages)]
+    out = flash_attn_varlen_func(*leaves, cu_q, cu_k, 200, 300, causal=causal, deterministic=True,
+                                 block_table=table)
+    dq, dk_pages, dv_pages = torch.autograd.grad(out, leaves, dout)
+    packed = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out_packed = flash_attn_varlen_func(*packed, cu_q, cu_k, 200, 300, causal=causal, deterministic=True)
+    grads = torch.autograd.grad(out_packed, packed, dout)
+    assert torch.equal(out, out_packed) and torch.equal(dq, grads[0])
+    for pages_grad, packed_grad in ((dk_pages, grads[1]), (dv_pages, grads[2])):
+        flat = pages_grad.flatten(0, 1)
+        assert torch.equal(flat[rows], packed_grad)
+        untouched = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+        untouched[rows] = False
+        assert not flat[untouched].any()
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(block_table=torch.zeros(2, 3, dtype=torch.int64)), "block_table must be int32"),
+    (dict(block_table=torch.zeros(3, 3, dtype=torch.int32)), "block_table must be int32"),
+    (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "exceeds what block_table holds"),
+    (dict(block_table=torch.tensor([[0, 1, 2], [3, 4, 9]], dtype=torch.int32)), "outside"),
+    (dict(k=torch.zeros(8, 2, 2, 16)), "of one shape"),
+])
+def test_varlen_bad_block_table_raises(change, match):
+    args = dict(q=torch.zeros(6, 2, 16), k=torch.zeros(8, 128, 2, 16), v=torch.zeros(8, 128, 2, 16),
+                cu_seqlens_q=cu_seqlens_of([3, 3], "cpu"), cu_seqlens_k=cu_seqlens_of([10, 300], "cpu"),
+                max_seqlen_q=3, max_seqlen_k=300, block_table=torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32))
+    args.update(change)
+    with pytest.raises(ValueError, match=match):
+        flash_attn_varlen_func(**args)
