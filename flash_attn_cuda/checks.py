@@ -29,10 +29,10 @@ def check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
             return
         if cu.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return
-        _check_offsets(cu, side, total, max_seqlen)
+        check_offsets(cu, side, total, max_seqlen)
 
 
-def _check_offsets(cu_seqlens, side, total, max_seqlen):
+def check_offsets(cu_seqlens, side, total, max_seqlen):
     # The tensor keeps (version, data_ptr) and the (total, max_seqlen) pairs it passed with. Writes
     # that bypass the version counter (through .data, DLPack or raw pointers) are not seen; the
     # kernels' clamps still keep those in bounds. Inference-mode tensors have no version counter:

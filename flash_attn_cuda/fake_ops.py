@@ -55,11 +55,9 @@ def _(dout, q, packed, *rest):
 
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_layout")
-def _(like, seqlens, default_seqlen, leftpad, slots, batch, *sizes):
-    splits = sizes[4]
+def _(like, seqlens, default_seqlen, leftpad, batch, seqlen_new, capacity, rows_per_slot, rows, splits, *sizes):
     offsets = batch * (splits + 1) + 2
-    placed = batch if slots is not None else 0
-    return tuple(like.new_empty((n,), dtype=torch.int32) for n in (offsets, offsets, placed, placed))
+    return like.new_empty((offsets,), dtype=torch.int32), like.new_empty((offsets,), dtype=torch.int32)
 
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_append")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from flash_attn_cuda import _extension
-from flash_attn_cuda.checks import check_cu_seqlens_values, check_head_dim
+from flash_attn_cuda.checks import check_cu_seqlens_values, check_head_dim, check_offsets
 from flash_attn_cuda.head_dims import kernel_head_dim
 
 
@@ -159,14 +159,14 @@ def flash_attn_varlen_func(
     CUDA graph capture.
     """
     if block_table is not None:
-        k, v = _paged_keys(k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0])
+        k, v = _paged_keys(k, v, block_table, cu_seqlens_k, max_seqlen_k)
     return _attention(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
-def _paged_keys(k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q):
+def _paged_keys(k, v, block_table, cu_seqlens_k, max_seqlen_k):
     """k and v of a paged cache (num_blocks, page_block_size, nheads_k, d) gathered into packed
     (total_k, nheads_k, d) by block_table, after the checks that keep the gather in bounds."""
     if torch.compiler.is_compiling() or (k.is_cuda and torch.cuda.is_current_stream_capturing()):
@@ -188,7 +188,7 @@ def _paged_keys(k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
         raise ValueError(f"max_seqlen_k ({max_seqlen_k}) exceeds what block_table holds ({block_table.shape[1]} "
                          f"blocks of {page})")
     total_k = int(cu_seqlens_k[-1])
-    check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q, total_k)
+    check_offsets(cu_seqlens_k, "k", total_k, max_seqlen_k)
     offsets = cu_seqlens_k.long()
     positions = torch.arange(total_k, device=k.device)
     sequence = torch.searchsorted(offsets[1:], positions, right=True)

@@ -64,11 +64,15 @@ def flash_attn_with_kvcache(
     The cache lengths, offsets and block table are checked on the host (one device sync) unless
     the same tensors passed before; under torch.compile and CUDA graph capture they are not, and
     the writes and reads are clamped to the cache: bad values give wrong rows, never
-    out-of-bounds accesses.
+    out-of-bounds accesses. There, too, cache_batch_idx's slots are gathered into a copy (slots
+    that repeat cannot be ruled out without reading them).
     """
     shapes = _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                              cache_leftpad, block_table)
+                              cache_leftpad, block_table, alibi_slopes)
     batch, seqlen_q, nheads, head_dim = q.shape
+    if batch == 0:
+        out = q.new_empty(q.shape)
+        return (out, out.new_empty((0, nheads, seqlen_q), dtype=torch.float32)) if return_softmax_lse else out
     capacity, seqlen_new = shapes["capacity"], shapes["seqlen_new"]
     facts = _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, shapes)
     window = _normalized_window(window_size, capacity)
@@ -76,9 +80,10 @@ def flash_attn_with_kvcache(
         q = _appended(k_cache, v_cache, k, v, q, _per_batch(cache_seqlens, batch, q.device, None), cache_batch_idx,
                       block_table, rotary_cos, rotary_sin, rotary_interleaved, causal or window != (-1, -1), capacity)
     if block_table is not None:
-        k_cache, v_cache = _gathered_pages(k_cache, v_cache, block_table, facts["longest"])
+        k_cache, v_cache = _gathered_pages(k_cache, v_cache, block_table, facts["end"])
     elif cache_batch_idx is not None and not facts["distinct_slots"]:
-        k_cache, v_cache = (c.index_select(0, cache_batch_idx) for c in (k_cache, v_cache))
+        slots = cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
+        k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
     slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
     keys, values, rows_per_slot = _rows_of(k_cache, v_cache)
 
@@ -94,8 +99,8 @@ def flash_attn_with_kvcache(
         cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
                                                   tuple(facts["slots"]) if slotted else None, *sizes, q.device)
     else:
-        cu_q, cu_k, order, inverse = _device_layout(cache_seqlens, cache_leftpad, cache_batch_idx if slotted else None,
-                                                    capacity, batch, *sizes, q.device)
+        cu_q, cu_k = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device)
+        order = inverse = None
     if order is not None:
         rows = rows.index_select(0, order)
         if alibi_slopes is not None and alibi_slopes.dim() == 2:
@@ -126,7 +131,7 @@ def flash_attn_with_kvcache(
 
 
 def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                     block_table):
+                     block_table, alibi_slopes):
     """The shapes and kinds of the arguments (the op checks dtypes, devices and options again);
     returns the sizes that follow from them."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -164,8 +169,8 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
     if block_table is not None:
         if cache_batch_idx is not None:
             raise ValueError("cache_batch_idx cannot be used with block_table (a paged cache)")
-        if block_table.dim() != 2 or block_table.shape[0] != batch:
-            raise ValueError(f"block_table must be (batch, max_blocks) = ({batch}, ...), got {_shape(block_table)}")
+        if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] == 0:
+            raise ValueError(f"block_table must be (batch, max_blocks) = ({batch}, >= 1), got {_shape(block_table)}")
         _check_index_tensor("block_table", block_table, tuple(block_table.shape), q)
         capacity = block_table.shape[1] * k_cache.shape[1]
     else:
@@ -187,11 +192,19 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
             raise ValueError(f"rotary_cos and rotary_sin must be (seqlen_ro, rotary_dim / 2) with seqlen_ro at least "
                              f"the cache's capacity ({capacity}) and rotary_dim <= head_dim ({head_dim}), got "
                              f"{_shape(rotary_cos)} and {_shape(rotary_sin)}")
-        if not rotary_cos.is_floating_point() or rotary_cos.device != q.device or rotary_sin.device != q.device:
-            raise ValueError("rotary_cos and rotary_sin must be floating-point tensors on q's device")
+        for t in (rotary_cos, rotary_sin):
+            if t.dtype != q.dtype or t.device != q.device:
+                raise ValueError(f"rotary_cos and rotary_sin must have q's dtype and device ({q.dtype}, {q.device}), "
+                                 f"got {t.dtype}, {t.device}")
     if seqlen_new > capacity:
         raise ValueError(f"seqlen_new ({seqlen_new}) exceeds the cache's capacity ({capacity})")
-    return {"capacity": capacity, "seqlen_new": seqlen_new, "slots": k_cache.shape[0], "batch": batch}
+    if alibi_slopes is not None and (
+            not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32
+            or alibi_slopes.device != q.device or tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads))):
+        raise ValueError(f"alibi_slopes must be float32 of shape (nheads,) or (batch, nheads) = ({nheads},) or "
+                         f"({batch}, {nheads}) on q's device, got {_shape(alibi_slopes)}")
+    return {"capacity": capacity, "seqlen_new": seqlen_new, "slots": k_cache.shape[0], "batch": batch,
+            "cuda": q.is_cuda}
 
 
 def _check_index_tensor(name, t, shape, q):
@@ -216,16 +229,18 @@ def _per_batch(value, batch, device, default):
 def _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, shapes):
     """Checks the values of the per-batch tensors given on the host, once per set of tensors and
     sizes (a set that passed is marked on its first tensor and not read again until one of them is
-    modified in place); returns whether the slots are distinct and the longest sequence's keys
-    (None where not checked: under torch.compile and CUDA graph capture)."""
+    modified in place); returns whether the slots are distinct, the most keys of a sequence and the
+    last row any sequence reaches (None where not checked: under torch.compile and CUDA graph
+    capture), and the values."""
     capacity, seqlen_new = shapes["capacity"], shapes["seqlen_new"]
+    if torch.compiler.is_compiling() or (shapes["cuda"] and torch.cuda.is_current_stream_capturing()):
+        # Repeated slots cannot be ruled out: the caller gathers the slots' rows.
+        return {"distinct_slots": False, "longest": None, "end": None}
     given = [t for t in (cache_seqlens, cache_leftpad, cache_batch_idx, block_table) if isinstance(t, torch.Tensor)]
     if not given:
         length = capacity if cache_seqlens is None else cache_seqlens
-        return {"distinct_slots": True, "longest": length + seqlen_new, "lengths": [length] * shapes["batch"],
-                "starts": [0] * shapes["batch"], "slots": None}
-    if torch.compiler.is_compiling() or (given[0].is_cuda and torch.cuda.is_current_stream_capturing()):
-        return {"distinct_slots": True, "longest": None}
+        return {"distinct_slots": True, "longest": length + seqlen_new, "end": length + seqlen_new,
+                "lengths": [length] * shapes["batch"], "starts": [0] * shapes["batch"], "slots": None}
     key = (tuple(None if t.is_inference() else (t._version, t.data_ptr()) for t in given),
            tuple(sorted(shapes.items())), cache_seqlens if isinstance(cache_seqlens, int) else None)
     marks = getattr(given[0], "_flash_attn_cuda_kvcache_checked", None)
@@ -240,7 +255,8 @@ def _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, 
                              f"cache's capacity ({capacity})")
         if not 0 <= start <= length:
             raise ValueError(f"cache_leftpad[{b}] ({start}) must be within [0, cache_seqlens[{b}] = {length}]")
-    facts = {"distinct_slots": True, "longest": max((n + seqlen_new - s for n, s in zip(lengths, starts)), default=0)}
+    facts = {"distinct_slots": True, "longest": max((n + seqlen_new - s for n, s in zip(lengths, starts)), default=0),
+             "end": max(lengths, default=0) + seqlen_new}
     facts["lengths"], facts["starts"], facts["slots"] = lengths, starts, None
     if cache_batch_idx is not None:
         slots = facts["slots"] = cache_batch_idx.tolist()
@@ -276,8 +292,8 @@ def _appended(k_cache, v_cache, k, v, q, seqlens, cache_batch_idx, block_table, 
               capacity):
     """Writes k and v into the caches (rotated where cos is given) and returns q (rotated where cos
     is given), the lengths clamped to the cache: in one launch on the GPU (csrc/kvcache), with
-    torch on the CPU (where the tests run the layout on a stand-in forward)."""
-    if q.is_cuda:
+    torch on the CPU (where the tests run the layout on a stand-in forward) and for odd head dims."""
+    if q.is_cuda and q.shape[-1] % 2 == 0:  # the kernel takes features in pairs
         rotated_q = _extension.ops().kvcache_append(
             k_cache, v_cache, *(t if t.stride(-1) == 1 else t.contiguous() for t in (k, v, q)), seqlens.contiguous(),
             cache_batch_idx, block_table, None if cos is None else cos.contiguous(),
@@ -304,7 +320,7 @@ def _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capac
     """Writes k, v (batch, seqlen_new, ...) at rows seqlens[b] + t of each batch's cache."""
     positions = (seqlens[:, None] + torch.arange(k.shape[1], device=k.device, dtype=seqlens.dtype)).clamp(0, capacity - 1)
     if block_table is None:
-        slots = (cache_batch_idx if cache_batch_idx is not None
+        slots = (cache_batch_idx.clamp(0, k_cache.shape[0] - 1) if cache_batch_idx is not None
                  else torch.arange(k.shape[0], device=k.device, dtype=positions.dtype))
         index = (slots[:, None].expand_as(positions), positions)
     else:
@@ -315,11 +331,11 @@ def _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capac
     v_cache.index_put_(index, v)
 
 
-def _gathered_pages(k_cache, v_cache, block_table, longest):
+def _gathered_pages(k_cache, v_cache, block_table, end):
     """A paged cache's blocks per sequence, copied into (batch, blocks * page_block_size, ...):
-    the first blocks holding the longest sequence, or all where that is not known."""
+    the blocks up to the last row a sequence reaches, or all where that is not known."""
     page = k_cache.shape[1]
-    blocks = block_table.shape[1] if longest is None else max(1, math.ceil(longest / page))
+    blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / page))
     index = block_table[:, :blocks].long().clamp(0, k_cache.shape[0] - 1)
     return tuple(c[index].flatten(1, 2) for c in (k_cache, v_cache))
 
@@ -343,29 +359,21 @@ def _host_layout(lengths, starts, slots, seqlen_new, rows_per_slot, rows, splits
     return (*on_device, None, None) if slots is None else on_device
 
 
-def _device_layout(cache_seqlens, cache_leftpad, slots, capacity, batch, seqlen_new, rows_per_slot, rows, splits,
+def _device_layout(cache_seqlens, cache_leftpad, capacity, batch, seqlen_new, rows_per_slot, rows, splits,
                    total_rows, device):
-    """_host_layout's result from device tensors, the values clamped (unchecked: under
-    torch.compile and CUDA graph capture): in one launch on the GPU (csrc/kvcache), with torch on
-    the CPU."""
+    """_host_layout's offsets, batch b in slot b, from device tensors, the values clamped
+    (unchecked: under torch.compile and CUDA graph capture): in one launch on the GPU
+    (csrc/kvcache), with torch on the CPU."""
     if device.type == "cuda":
         lengths = cache_seqlens.contiguous() if isinstance(cache_seqlens, torch.Tensor) else None
         default = capacity if cache_seqlens is None else (0 if lengths is not None else cache_seqlens)
-        cu_q, cu_k, order, inverse = _extension.ops().kvcache_layout(
+        return _extension.ops().kvcache_layout(
             torch.empty(0, device=device), lengths, default, None if cache_leftpad is None else cache_leftpad.contiguous(),
-            None if slots is None else slots.contiguous(), batch, seqlen_new, capacity, rows_per_slot, rows, splits,
-            SPLIT_ALIGN, total_rows)
-        return (cu_q, cu_k, None, None) if slots is None else (cu_q, cu_k, order, inverse)
+            batch, seqlen_new, capacity, rows_per_slot, rows, splits, SPLIT_ALIGN, total_rows)
     lengths = _per_batch(cache_seqlens, batch, device, capacity).long().clamp(0, capacity - seqlen_new)
     starts = torch.minimum(_per_batch(cache_leftpad, batch, device, 0).long().clamp(min=0), lengths)
-    slot, order, inverse = torch.arange(batch, device=device), None, None
-    if slots is not None:
-        order = torch.argsort(slots, stable=True)
-        inverse = torch.argsort(order)
-        slot, lengths, starts = slots.long()[order], lengths[order], starts[order]
-    cu_q, cu_k = sequence_offsets(slot * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits,
-                                  total_rows)
-    return cu_q, cu_k, order, inverse
+    slots = torch.arange(batch, device=device)
+    return sequence_offsets(slots * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits, total_rows)
 
 
 def _rows_of(k_cache, v_cache):

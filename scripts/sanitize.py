@@ -196,6 +196,11 @@ for family in ("sm80", "sm90"):
                                for t in ([0, 690, 301], [0, 20, 300], [3, 0, 1]))
     flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=seqlens, cache_leftpad=leftpad,
                             cache_batch_idx=slots, num_splits=3)
+    graph = torch.cuda.CUDAGraph()  # captured: the offsets from the layout kernel, the slots gathered
+    with torch.cuda.graph(graph):
+        flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=seqlens, cache_leftpad=leftpad,
+                                cache_batch_idx=slots, num_splits=3)
+    graph.replay()
     flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,
                             cache_leftpad=leftpad)
     table = torch.randperm(9, device="cuda").reshape(3, 3).to(torch.int32)

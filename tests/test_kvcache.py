@@ -141,6 +141,7 @@ CASES = {
     "batch_idx_repeated_read_only": dict(cache_seqlens=[60, 60, 7], cache_batch_idx=[1, 1, 0], slots=2,
                                           seqlen_new=0),
     "paged": dict(cache_seqlens=[0, 131, 250], page=64),
+    "paged_leftpad": dict(cache_seqlens=[40, 131, 250], cache_leftpad=[32, 0, 200], page=16),
     "causal": dict(cache_seqlens=[0, 77, 290], causal=True),
     "causal_more_rows_than_keys": dict(cache_seqlens=[0, 2, 5], causal=True, seqlen_q=9),
     "window": dict(cache_seqlens=[20, 150, 290], window_size=(40, 0)),
@@ -190,14 +191,12 @@ def make_case(name, device, dtype, seed=0, head_dim=32):
 
 
 def unchecked(checked_values):
-    """_checked_values with the host values dropped from what it returns (the checks still run)."""
-    def facts_without_values(*args):
-        facts = dict(checked_values(*args))
-        for key in ("lengths", "starts", "slots"):
-            facts.pop(key, None)
-        facts["longest"] = None
-        return facts
-    return facts_without_values
+    """_checked_values returning what it returns under CUDA graph capture (no values, slots that
+    may repeat), after its checks."""
+    def facts_of_capture(*args):
+        checked_values(*args)
+        return {"distinct_slots": False, "longest": None, "end": None}
+    return facts_of_capture
 
 
 def run_case(q, k_cache, v_cache, k, v, kwargs):
@@ -298,19 +297,37 @@ def test_decode_under_cuda_graph_replay():
 @pytest.mark.parametrize("batch,valid", [(1, True), (3, True), (37, True), (1500, False)])
 def test_layout_kernel_matches_torch(batch, valid, splits):
     """The offsets of csrc/kvcache's layout kernel (under CUDA graph capture) against the same steps
-    in torch: slots repeated and out of order, left padding; 1500 batches (more than a block's
-    threads, several chunks of its running max), with lengths and padding out of range (clamped)."""
+    in torch: left padding; 1500 batches (more than a block's threads, several chunks of its
+    running max), with lengths and padding out of range (clamped)."""
     gen = torch.Generator().manual_seed(batch + splits)
-    capacity, seqlen_new, rows_per_slot, slots = 700, 2, 800, batch + 3
+    capacity, seqlen_new, rows_per_slot = 700, 2, 800
     top = capacity - seqlen_new + (0 if valid else 60)
     seqlens = torch.randint(0, top + 1, (batch,), generator=gen, dtype=torch.int32)
     leftpad = (torch.rand(batch, generator=gen) * (seqlens + 1)).to(torch.int32) - (0 if valid else 5)
-    slot_of = torch.randint(0, slots, (batch,), generator=gen, dtype=torch.int32)
-    sizes = (capacity, batch, seqlen_new, rows_per_slot, 5, splits, (slots - 1) * rows_per_slot + capacity)
-    expected = kvcache_module._device_layout(seqlens, leftpad, slot_of, *sizes, torch.device("cpu"))
-    got = kvcache_module._device_layout(seqlens.cuda(), leftpad.cuda(), slot_of.cuda(), *sizes, torch.device("cuda"))
-    for name, e, g in zip(("cu_seqlens_q", "cu_seqlens_k", "order", "inverse"), expected, got):
+    sizes = (capacity, batch, seqlen_new, rows_per_slot, 5, splits, (batch - 1) * rows_per_slot + capacity)
+    expected = kvcache_module._device_layout(seqlens, leftpad, *sizes, torch.device("cpu"))
+    got = kvcache_module._device_layout(seqlens.cuda(), leftpad.cuda(), *sizes, torch.device("cuda"))
+    for name, e, g in zip(("cu_seqlens_q", "cu_seqlens_k"), expected, got):
         assert torch.equal(g.cpu().long(), e.long()), name
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_odd_head_dim_appends_and_rotates():
+    """An odd head dim (the append kernel takes features in pairs; torch does it there)."""
+    skip_unbuilt(64, torch.bfloat16)
+    q, k_cache, v_cache, k, v, kwargs = make_case("rotary_neox", "cuda", torch.bfloat16, head_dim=59)
+    out, lse, (k_ours, v_ours), (out_ref, out_pt, lse_ref, k_ref, v_ref) = run_case(q, k_cache, v_cache, k, v, kwargs)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+    torch.testing.assert_close(k_ours, k_ref, rtol=1e-2, atol=1e-2)
+    assert torch.equal(v_ours, v_ref)
+
+
+def test_empty_batch():
+    q, k_cache, v_cache, _, _ = random_case("cpu", torch.float32, batch=0)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, return_softmax_lse=True)
+    assert out.shape == q.shape and lse.shape == (0, 4, 4)
 
 
 def cpu_case(**overrides):
@@ -346,6 +363,11 @@ def cpu_case(**overrides):
     (dict(rotary_cos=torch.zeros(300, 8), rotary_sin=torch.zeros(300, 8), k=None, v=None), "need k and v"),
     (dict(rotary_cos=torch.zeros(299, 8), rotary_sin=torch.zeros(299, 8)), "seqlen_ro"),
     (dict(rotary_cos=torch.zeros(300, 17), rotary_sin=torch.zeros(300, 17)), "rotary_dim"),
+    (dict(rotary_cos=torch.zeros(300, 8, dtype=torch.float64), rotary_sin=torch.zeros(300, 8, dtype=torch.float64)),
+     "q's dtype"),
+    (dict(block_table=torch.zeros(3, 0, dtype=torch.int32)), "block_table must be"),
+    (dict(alibi_slopes=torch.zeros(2, 4)), "alibi_slopes"),
+    (dict(alibi_slopes=torch.zeros(4, dtype=torch.float64)), "alibi_slopes"),
 ])
 def test_bad_arguments_raise(overrides, match):
     with pytest.raises((ValueError, TypeError), match=match):

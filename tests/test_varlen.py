@@ -523,6 +523,7 @@ def test_varlen_paged_keys_equal_packed(causal):
     (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "exceeds what block_table holds"),
     (dict(block_table=torch.tensor([[0, 1, 2], [3, 4, 9]], dtype=torch.int32)), "outside"),
     (dict(k=torch.zeros(8, 2, 2, 16)), "of one shape"),
+    (dict(cu_seqlens_q=torch.tensor([0, 3, 6]), cu_seqlens_k=cu_seqlens_of([10, 400], "cpu")), "smaller than a sequence"),
 ])
 def test_varlen_bad_block_table_raises(change, match):
     args = dict(q=torch.zeros(6, 2, 16), k=torch.zeros(8, 128, 2, 16), v=torch.zeros(8, 128, 2, 16),

@@ -46,12 +46,10 @@ flash::kvcache::RowStrides row_strides(const Tensor &t, const char *name) {
     return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, const OptionalTensor &seqlens,
-                                                          int64_t default_seqlen, const OptionalTensor &leftpad,
-                                                          const OptionalTensor &slots, int64_t batch,
-                                                          int64_t seqlen_new, int64_t capacity, int64_t rows_per_slot,
-                                                          int64_t rows, int64_t splits, int64_t split_align,
-                                                          int64_t total_rows) {
+std::tuple<Tensor, Tensor> kvcache_layout(const Tensor &like, const OptionalTensor &seqlens, int64_t default_seqlen,
+                                          const OptionalTensor &leftpad, int64_t batch, int64_t seqlen_new,
+                                          int64_t capacity, int64_t rows_per_slot, int64_t rows, int64_t splits,
+                                          int64_t split_align, int64_t total_rows) {
     TORCH_CHECK_VALUE(like.is_cuda(), "kvcache_layout runs on a CUDA device");
     TORCH_CHECK_VALUE(batch >= 0 && splits >= 1 && rows >= 0 && total_rows >= 0 && total_rows < INT_MAX &&
                           batch * splits * rows < INT_MAX && batch * (splits + 1) + 2 < INT_MAX,
@@ -61,12 +59,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, co
     const auto options = like.options().dtype(at::kInt);
     const int64_t count = batch * (splits + 1) + 2;
     Tensor cu_q = at::empty({count}, options), cu_k = at::empty({count}, options);
-    Tensor order = at::empty({slots ? batch : 0}, options), inverse = at::empty({slots ? batch : 0}, options);
     flash::kvcache::LayoutParams p{};
     p.seqlens = index_data(seqlens, batch, device, "cache_seqlens");
     p.default_seqlen = int(default_seqlen);
     p.leftpad = index_data(leftpad, batch, device, "cache_leftpad");
-    p.slots = index_data(slots, batch, device, "cache_batch_idx");
     p.batch = int(batch);
     p.seqlen_new = int(seqlen_new);
     p.capacity = int(capacity);
@@ -77,11 +73,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, co
     p.total_rows = int(total_rows);
     p.cu_seqlens_q = cu_q.data_ptr<int>();
     p.cu_seqlens_k = cu_k.data_ptr<int>();
-    p.order = slots ? order.data_ptr<int>() : nullptr;
-    p.inverse = slots ? inverse.data_ptr<int>() : nullptr;
     flash::kvcache::launch_layout(p, at::cuda::getCurrentCUDAStream().stream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return {cu_q, cu_k, order, inverse};
+    return {cu_q, cu_k};
 }
 
 Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor &k, const Tensor &v, const Tensor &q,
@@ -186,9 +180,9 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
-    m.def("kvcache_layout(Tensor like, Tensor? seqlens, int default_seqlen, Tensor? leftpad, Tensor? slots, "
-          "int batch, int seqlen_new, int capacity, int rows_per_slot, int rows, int splits, int split_align, "
-          "int total_rows) -> (Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor order, Tensor inverse)");
+    m.def("kvcache_layout(Tensor like, Tensor? seqlens, int default_seqlen, Tensor? leftpad, int batch, "
+          "int seqlen_new, int capacity, int rows_per_slot, int rows, int splits, int split_align, int total_rows) "
+          "-> (Tensor cu_seqlens_q, Tensor cu_seqlens_k)");
     m.def("kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor q, Tensor seqlens, "
           "Tensor? slots, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, bool q_per_row, "
           "int capacity) -> Tensor q_rotated");

@@ -19,23 +19,12 @@ struct Maximum {
 
 __device__ int clamp_to(int64_t x, int64_t lo, int64_t hi) { return int(x < lo ? lo : x > hi ? hi : x); }
 
-// One block: each thread places its batches (rank among the slots, O(batch) each), then the block
-// makes the key offsets non-decreasing with a running max.
+// One block: each thread places its batches, then the block makes the key offsets non-decreasing
+// with a running max.
 __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) {
     const int per_batch = p.splits + 1;
     const int count = p.batch * per_batch + 2;
     for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
-        const int slot = p.slots ? p.slots[b] : b;
-        int rank = b;
-        if (p.slots) {
-            rank = 0;
-            for (int other = 0; other < p.batch; ++other) {
-                const int other_slot = p.slots[other];
-                rank += other_slot < slot || (other_slot == slot && other < b);
-            }
-            p.order[rank] = b;
-            p.inverse[b] = rank;
-        }
         const int length = clamp_to(p.seqlens ? p.seqlens[b] : p.default_seqlen, 0, p.capacity - p.seqlen_new);
         const int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
         const int keys = length + p.seqlen_new - start;
@@ -43,10 +32,10 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) 
         if (p.splits > 1) {
             chunk = (chunk + p.split_align - 1) / p.split_align * p.split_align;
         }
-        const int64_t first = int64_t(slot) * p.rows_per_slot + start;
-        int *cu_k = p.cu_seqlens_k + 1 + rank * per_batch;
-        int *cu_q = p.cu_seqlens_q + 1 + rank * per_batch;
-        const int q_first = rank * p.splits * p.rows;
+        const int64_t first = int64_t(b) * p.rows_per_slot + start;
+        int *cu_k = p.cu_seqlens_k + 1 + b * per_batch;
+        int *cu_q = p.cu_seqlens_q + 1 + b * per_batch;
+        const int q_first = b * p.splits * p.rows;
         cu_k[0] = clamp_to(first, 0, p.total_rows);
         cu_q[0] = q_first;
         for (int c = 0; c < p.splits; ++c) {

@@ -10,8 +10,8 @@
 
 namespace flash::kvcache {
 
-// The offsets of kvcache_layout.sequence_offsets for the batches sorted by slot: per batch, a
-// sequence without query rows over the rows before its keys, then its keys in `splits` chunks
+// The offsets of kvcache_layout.sequence_offsets, batch b in slot b: per batch, a sequence
+// without query rows over the rows before its keys, then its keys in `splits` chunks
 // (aligned to split_align, the last ones possibly empty) that each see the batch's `rows` query
 // rows; one last sequence without rows up to total_rows. Lengths and left padding are clamped to
 // the cache, and the key offsets made non-decreasing within [0, total_rows].
@@ -19,11 +19,9 @@ struct LayoutParams {
     const int *seqlens;  // (batch,), or null: every batch has default_seqlen
     int default_seqlen;
     const int *leftpad;  // (batch,), or null: 0
-    const int *slots;    // (batch,), or null: batch b in slot b, the batches' order kept
     int batch, seqlen_new, capacity, rows_per_slot, rows, splits, split_align;
     int total_rows;
     int *cu_seqlens_q, *cu_seqlens_k;  // (batch * (splits + 1) + 2,)
-    int *order, *inverse;              // (batch,), with slots: the batches by slot, and each one's place
 };
 
 void launch_layout(const LayoutParams &p, cudaStream_t stream);
