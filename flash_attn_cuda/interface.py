@@ -45,15 +45,15 @@ def flash_attn_func(
 
 def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                max_seqlen_k=0, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               return_attn_probs, check_offsets=True):
+               return_attn_probs, check_cu_seqlens=True):
     """Every public function's forward: the op fwd on q, k, v, or packed_fwd on q (or None) and a
     packed kv (or qkv). The ops check the tensors and options and carry the autograd
-    (csrc/api/torch_ops.cpp). check_offsets=False skips the host checks of cu_seqlens (for offsets
-    the caller built itself on the device)."""
+    (csrc/api/torch_ops.cpp). check_cu_seqlens=False skips the host checks of cu_seqlens (for
+    offsets the caller built itself on the device)."""
     queries = q if q is not None else packed  # the tensor whose last dims are (nheads, head_dim)
     head_dim = queries.shape[-1]
     check_head_dim(head_dim)
-    if cu_seqlens_q is not None and check_offsets:
+    if cu_seqlens_q is not None and check_cu_seqlens:
         keys = k if packed is None else packed
         check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, queries.shape[0],
                                 keys.shape[0])

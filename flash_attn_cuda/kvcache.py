@@ -1,6 +1,6 @@
 """flash_attn_with_kvcache, flash-attn 2.x's entry point for incremental decoding, on the varlen
-forward (kvcache_layout.py): the new keys and values are rotated and written into the cache with
-torch's indexing, then the forward reads the cache in place."""
+forward (kvcache_layout.py): the new keys and values are rotated and written into the cache (a
+csrc/kvcache kernel on the GPU), then the forward reads the cache in place."""
 
 import functools
 import math
@@ -115,7 +115,7 @@ def flash_attn_with_kvcache(
                                  max_seqlen_q=rows.shape[1], max_seqlen_k=capacity, dropout_p=0.0,
                                  softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap,
                                  alibi_slopes=alibi_slopes, deterministic=False, return_attn_probs=True,
-                                 check_offsets=False)
+                                 check_cu_seqlens=False)
     if splits > 1:
         out, lse = merge_splits(out, lse, batch, splits)
     out = out.reshape(batch, *rows.shape[1:])
