@@ -113,6 +113,26 @@ def test_tall_tiles_visit_each_warpgroups_own_blocks(causal, window_size, seqlen
     assert_lse_close(lse, q, k, causal, window_size=window_size)
 
 
+@pytest.mark.parametrize("head_dim", [64, 96, 128])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 256), (1, 257), (3, 384), (64, 1000), (17, 4096), (1, 8191)])
+@pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (200, 100)),
+                                                (True, (50, 0)), (True, (700, 0))])
+def test_decode_shaped_tiles_split_their_blocks(head_dim, seqlen_q, seqlen_k, causal, window_size):
+    """Up to 64 query rows against four 64-key blocks or more: the Hopper forward's split-block kernels,
+    both consumer warpgroups on the tile's rows, each over every other KV block, merged at the end
+    (csrc/sm90/fwd_split_blocks.h). An even and an odd number of blocks, windows that leave the
+    second warpgroup one block or none, GQA, more tiles than SMs at d=64 (8 x 24 heads)."""
+    dtype = torch.bfloat16
+    skip_unbuilt(head_dim, dtype)
+    batch, nheads = (8, 24) if head_dim == 64 else (2, 8)
+    q, k, v = random_qkv(batch, seqlen_q, seqlen_k, nheads, nheads // 4, head_dim, dtype,
+                         seed=seqlen_q + seqlen_k + head_dim + window_size[0])
+    poison_allocator()
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window_size, return_attn_probs=True)
+    assert_numerics_rule(out, q, k, v, causal, window_size=window_size)
+    assert_lse_close(lse, q, k, causal, window_size=window_size)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1024, 1024), (700, 1024), (1025, 1025)])
 @pytest.mark.parametrize("causal,window_size", [(True, (-1, -1)), (False, (-1, -1)), (False, (300, 40))])

@@ -79,11 +79,14 @@ def assert_varlen_matches_reference(lengths_q, lengths_k, nheads, nheads_k, head
         assert_within_rule(name, value, ref, pt)
 
 
-# Per-sequence lengths, including 0, 1, one of the maximum and lengths off the block sizes.
+# Per-sequence lengths, including 0, 1, one of the maximum and lengths off the block sizes; the
+# last at most 64 rows per sequence against up to 3000 keys (the Hopper forward's split-block
+# kernels, csrc/sm90/fwd_split_blocks.h), with sequences of no keys and of no rows.
 LENGTHS = [
     ([1, 300, 0, 77, 512], [1, 300, 0, 77, 512]),
     ([130, 1, 257, 0, 64], [33, 200, 257, 5, 0]),
     ([1000, 3, 129], [17, 1100, 129]),
+    ([1, 64, 0, 5, 3, 40], [3000, 700, 250, 0, 129, 1]),
 ]
 
 

@@ -152,8 +152,10 @@ Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor
 std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, int64_t batch, int64_t splits) {
     TORCH_CHECK_VALUE(out.is_cuda() && out.dim() == 3 && out.stride(2) == 1 && lse.scalar_type() == at::kFloat &&
                           lse.dim() == 2 && lse.is_contiguous() && lse.size(0) == out.size(1) &&
-                          lse.size(1) == out.size(0) && batch > 0 && splits > 0 && out.size(0) % (batch * splits) == 0,
-                      "kvcache_merge: out must be (batch * splits * rows, nheads, d) and lse (nheads, its rows) float32");
+                          lse.size(1) == out.size(0) && batch > 0 && splits > 0 && splits <= flash::kvcache::kMaxMergeSplits &&
+                          out.size(0) % (batch * splits) == 0,
+                      "kvcache_merge: out must be (batch * splits * rows, nheads, d) and lse (nheads, its rows) float32, ",
+                      "splits at most ", flash::kvcache::kMaxMergeSplits);
     at::cuda::CUDAGuard guard{out.device()};
     const int64_t rows = out.size(0) / (batch * splits);
     Tensor merged = at::empty({batch * rows, out.size(1), out.size(2)}, out.options());

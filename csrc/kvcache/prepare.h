@@ -59,6 +59,9 @@ struct AppendParams {
 template <typename Element>
 void launch_append(const AppendParams &p, cudaStream_t stream);
 
+// The most chunks a merge takes: its kernel gives each a lane of a warp.
+constexpr int kMaxMergeSplits = 32;
+
 // Split-KV's merge: out (batch * splits * rows, nheads, head_dim) and lse (nheads, batch * splits *
 // rows) of the chunks (lse +inf where a chunk has no key for the row) -> merged (batch * rows,
 // nheads, head_dim) and merged_lse (nheads, batch * rows), +inf where no chunk has a key.

@@ -13,6 +13,7 @@
 #include "sm90/dropout_mask.h"
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
+#include "sm90/fwd_split_blocks.h"
 #include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
@@ -41,10 +42,13 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename Traits::SmemLayoutVt{});
 
+    // Split-block kernels (fwd_split_blocks.h): both warpgroups compute warpgroup 0's rows.
+    constexpr bool kSplit = Traits::kSplitBlocks;
+    static_assert(!kSplit || !kDropout);
     typename Traits::TiledMmaS mma_s;
     typename Traits::TiledMmaO mma_o;
-    auto thr_mma_s = mma_s.get_thread_slice(ctid);
-    auto thr_mma_o = mma_o.get_thread_slice(ctid);
+    auto thr_mma_s = mma_s.get_thread_slice(kSplit ? ctid % 128 : ctid);
+    auto thr_mma_o = mma_o.get_thread_slice(kSplit ? ctid % 128 : ctid);
     Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, 1, MMA_K, stage) descriptors
     Tensor tSrK = thr_mma_s.partition_fragment_B(sK);   // (MMA, 1, MMA_K, stage)
     Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, 1, MMA_K, stage)
@@ -107,7 +111,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         // first: runs of blocks that need a mask (the seqlen_k edge and the window's right edge, i.e.
         // the causal diagonal, first; the window's left edge last) alternate with runs that need
         // none, whose loop has no mask code. The tile's other blocks it passes (pass_block).
-        const int wg_row0 = row0 + 64 * warpgroup;
+        const int wg_row0 = row0 + (kSplit ? 0 : 64 * warpgroup);
         const BlockRange own_blocks = work.template blocks_of_rows<Traits::kBlockN>(wg_row0, 64);
         auto needs_mask = [&](int n_block) __attribute__((always_inline)) {
             return mask.needed(wg_row0, n_block * Traits::kBlockN, 64, Traits::kBlockN);
@@ -210,6 +214,22 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             }
         };
 
+        // Split-block kernels: the partner's block that this warpgroup passed while its own V was still
+        // to be read by a P V, released after that V (each pipeline's buffers are released in order).
+        [[maybe_unused]] bool deferred_v = false;
+        auto release_own_v = [&]() __attribute__((always_inline)) {
+            pipeline_v.consumer_release(v_state);
+            ++v_state;
+            if constexpr (kSplit) {
+                if (deferred_v) {
+                    pipeline_v.consumer_wait(v_state);
+                    pipeline_v.consumer_release(v_state);
+                    ++v_state;
+                    deferred_v = false;
+                }
+            }
+        };
+
         // One KV block: line 8 for it issued with line 10 for the previous block, and its softmax
         // between the waits for the two, so that it runs under P V.
         auto kv_step = [&](int n_block, auto masked) __attribute__((always_inline)) {
@@ -240,8 +260,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             warpgroup_fence_operand(p);
-            pipeline_v.consumer_release(v_state);
-            ++v_state;
+            release_own_v();
             // With a redo, K is released after the softmax (no later for the loads: the producer
             // issues K_{j+2} behind V_{j+1}, which waits for V_{j-1}'s release above).
             if constexpr (kAtCurrentMax) {
@@ -271,10 +290,32 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         };
 
         int n_block = n_blocks.end - 1;
+        // Split-block kernels: from this warpgroup's own block to its next one, passing the partner's
+        // between them (K now, V once this warpgroup's own V is released).
+        auto next_own_block = [&]() __attribute__((always_inline)) {
+            --n_block;
+            if constexpr (kSplit) {
+                if (n_block >= own_blocks.begin) {
+                    turns.skip();
+                    pipeline_k.consumer_wait(k_state);
+                    pipeline_k.consumer_release(k_state);
+                    ++k_state;
+                    deferred_v = true;
+                    --n_block;
+                }
+            }
+        };
+
         for (; n_block >= own_blocks.end; --n_block) {
             pass_block();
         }
-        if (own_blocks.begin < own_blocks.end) {
+        if constexpr (kSplit) {
+            if (warpgroup == 1 && n_block >= own_blocks.begin) {  // warpgroup 0 takes the first block
+                pass_block();
+                --n_block;
+            }
+        }
+        if (n_block >= own_blocks.begin) {
             // Line 8 for the first block, and its softmax (O is still 0: nothing to rescale).
             pipeline_k.consumer_wait(k_state);
             turns.wait();
@@ -293,11 +334,11 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             }
             convert_p();
 
-            for (--n_block; n_block >= own_blocks.begin;) {
-                for (; n_block >= own_blocks.begin && needs_mask(n_block); --n_block) {
+            for (next_own_block(); n_block >= own_blocks.begin;) {
+                for (; n_block >= own_blocks.begin && needs_mask(n_block); next_own_block()) {
                     kv_step(n_block, cute::true_type{});
                 }
-                for (; n_block >= own_blocks.begin && !needs_mask(n_block); --n_block) {
+                for (; n_block >= own_blocks.begin && !needs_mask(n_block); next_own_block()) {
                     kv_step(n_block, cute::false_type{});
                 }
             }
@@ -314,8 +355,7 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             turns.pass();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
-            pipeline_v.consumer_release(v_state);
-            ++v_state;
+            release_own_v();
         } else {
             if constexpr (Traits::kOBuffer) {
                 pipeline_q.consumer_release(q_state);
@@ -328,14 +368,22 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             pass_block();
         }
 
-        // Lines 12-13.
-        auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
-                                    kDropout ? params.dropout_scale : 1.f);
-        release_pending_q();  // a tile without KV blocks issues no S
-        fwd_epilogue<Traits>(kp, shared, binfo, tc, row0, acc_o, lse, thr_mma_o, ctid, q_state.index(),
-                             /*o_buffer_first=*/warpgroup == 0 && epilogues == 0,
-                             /*o_phase=*/(warpgroup == 0 ? epilogues - 1 : epilogues) & 1);
-        ++epilogues;
+        if constexpr (kSplit) {
+            // Warpgroup 1's rows are warpgroup 0's, which stores them.
+            exchange_partials<Traits>(shared, q_state.index(), softmax, acc_o_rows, warpgroup, ctid % 128, scale_log2);
+        }
+        if (!kSplit || warpgroup == 0) {
+            // Lines 12-13.
+            auto lse = softmax.finalize(acc_o_rows, kScoreMod ? score_mod.score_scale : params.softmax_scale,
+                                        kDropout ? params.dropout_scale : 1.f);
+            release_pending_q();  // a tile without KV blocks issues no S
+            fwd_epilogue<Traits>(kp, shared, binfo, tc, row0, acc_o, lse, thr_mma_o, ctid, q_state.index(),
+                                 /*o_buffer_first=*/warpgroup == 0 && epilogues == 0,
+                                 /*o_phase=*/(warpgroup == 0 ? epilogues - 1 : epilogues) & 1);
+            ++epilogues;
+        } else {
+            release_pending_q();
+        }
         if constexpr (Traits::kQStages > 1) {
             q_release_pending = true;
             pending_q_state = q_state;

@@ -21,6 +21,10 @@ enum class FwdBarrier : uint32_t {
     // (fwd_epilogue.h), and the softmax's vote (fwd_consumer.h).
     kOwnOfWarpgroup0 = 0,
     kTurnOfWarpgroup0 = 3,  // warpgroup_turns.h: one per consumer warpgroup
+    // Split-block kernels (fwd_split_blocks.h), among both consumer warpgroups: warpgroup 0 is done
+    // with the tile's GEMMs; warpgroup 1's partial results are in shared memory.
+    kSplitGemmsDone = 5,
+    kSplitPartialsReady = 6,
 };
 
 // The shared memory of kernels whose O goes out through Q's buffer.
@@ -40,8 +44,18 @@ struct OBufferTurns {
     }
 };
 
-// kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h).
-template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kDynamicTiles_>
+// Split-block kernels' exchange (fwd_split_blocks.h): warpgroup 1's row maxima and partial row sums,
+// per thread (its 2 accumulator rows).
+struct SplitRowStats {
+    float row_max[2][128];
+    float row_sum[2][128];
+};
+
+// kDynamicTiles: the blocks take their tiles from a global counter (tile_queue.h). kSplitBlocks: a
+// tile's rows fit in 64 (decoding), and both consumer warpgroups compute them, each over every other
+// KV block (fwd_split_blocks.h).
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kDynamicTiles_,
+          bool kSplitBlocks_ = false>
 struct FwdKernelTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -49,6 +63,7 @@ struct FwdKernelTraits {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr bool kDynamicTiles = kDynamicTiles_;
+    static constexpr bool kSplitBlocks = kSplitBlocks_;
 
     // Warpgroup 0 loads (one thread issues the TMA copies); warpgroups 1.. compute 64 rows each.
     static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
@@ -93,6 +108,14 @@ struct FwdKernelTraits {
     // released after the tile's last S and the next tile's Q loads under its last P V and epilogue.
     static constexpr bool kOBuffer = kQStages == 1;
     static_assert(!kOBuffer || kNumConsumerWarpgroups == 2);
+    // Warpgroup 1 hands its partial O over in fp32 through the tile's Q buffer, which holds 64 rows of
+    // fp32 in 128 of 16-bit elements, and is the tile's until its O has been stored.
+    static_assert(!kSplitBlocks || (kNumConsumerWarpgroups == 2 && !kOBuffer && kBlockM == 128));
+    static_assert(!kSplitBlocks ||
+                  (uint32_t(FwdBarrier::kSplitPartialsReady) + cutlass::arch::NamedBarrier::ReservedNamedBarrierCount <
+                       cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers &&
+                   uint32_t(FwdBarrier::kTurnOfWarpgroup0) + kNumConsumerWarpgroups <=
+                       uint32_t(FwdBarrier::kSplitGemmsDone)));
 
     using SmemLayoutAtomQ =
         decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, BlockM, HeadDim>());
@@ -130,6 +153,9 @@ struct FwdKernelTraits {
         typename PipelineKV::SharedStorage pipeline_v;
         std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
         float2 softmax_fence[kNumConsumerThreads];  // wgmma_utils.h, wait_below
+        // Ahead of the 1024-aligned O buffer, whose padding takes its byte in the other kernels (at d = 256
+        // a member after that buffer would round the storage up by 1 KB, past the limit).
+        std::conditional_t<kSplitBlocks, SplitRowStats, NoOBuffer> split_stats;
         std::conditional_t<kOBuffer, OBufferTurns, NoOBuffer> o_turns;
         std::conditional_t<kOBuffer, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>, NoOBuffer> o;
     };

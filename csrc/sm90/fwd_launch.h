@@ -22,6 +22,13 @@ using Sm90FwdTraitsFor =
                                  sm90_fwd_tile_config(kHeadDim, kShortTiles).num_stages,
                                  flash::sm90::dynamic_tiles(kIsCausal)>;
 
+// The split-block kernels' traits (fwd_split_blocks.h).
+template <typename Element, int kHeadDim, bool kIsCausal>
+using Sm90FwdSplitTraitsFor =
+    flash::sm90::FwdKernelTraits<Element, kHeadDim, sm90_fwd_split_tile_config().block_m,
+                                 sm90_fwd_split_tile_config().block_n, sm90_fwd_split_tile_config().num_stages,
+                                 flash::sm90::dynamic_tiles(kIsCausal), /*kSplitBlocks=*/true>;
+
 template <class Traits, bool kIsCausal, bool kScoreMod, bool kDropout>
 void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms, int l2_bytes) {
     auto kp = flash::sm90::make_fwd_kernel_params<Traits>(
@@ -67,6 +74,13 @@ void run_mha_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream) {
     if constexpr (sm90_fwd_supports_dropout(kHeadDim)) {
         if (has_dropout(params)) {
             launch_fwd_sm90<ShortTraits, kIsCausal, true, true>(params, stream, num_sms, l2_bytes);
+            return;
+        }
+    }
+    if constexpr (sm90_fwd_supports_split_blocks(kHeadDim)) {
+        if (!has_score_mod(params) && sm90_fwd_split_blocks_pay(params.seqlen_q, params.seqlen_k)) {
+            launch_fwd_sm90<Sm90FwdSplitTraitsFor<Element, kHeadDim, kIsCausal>, kIsCausal, false, false>(
+                params, stream, num_sms, l2_bytes);
             return;
         }
     }

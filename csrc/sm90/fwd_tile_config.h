@@ -65,6 +65,25 @@ constexpr int64_t sm90_fwd_l2_group_bytes(int seqlen_q, int64_t l2_bytes) {
     return seqlen_q <= 1024 ? l2_bytes / 8 : l2_bytes / 2;
 }
 
+// Split-block kernels (fwd_split_blocks.h): both consumer warpgroups on one tile's rows, each over
+// every other KV block, where every sequence has at most 64 rows (decoding) and the longest at
+// least four of their KV blocks of keys (varlen: seqlen_q and seqlen_k are the longest sequence's).
+// A tile like that is bound by how far its loads run ahead of its GEMMs, not by the tensor cores:
+// 64-key blocks through four stages each of K and V (instead of 128 through two) took a decode step
+// 4-13% faster, 6-21% without split-KV, and splitting the blocks between the warpgroups 0-11% more
+// (benchmarks/NOTES.md, runs 373-374; on two stages of 128 keys the split alone was 10-37% slower:
+// with both warpgroups holding a stage no load could run ahead). Where the short tiles have two
+// consumer warpgroups and two Q buffers (through one of which the partial O goes): d <= 128.
+constexpr bool sm90_fwd_supports_split_blocks(int head_dim) {
+    return head_dim <= 128;
+}
+constexpr Sm90FwdTileConfig sm90_fwd_split_tile_config() {
+    return {128, 64, 4};
+}
+constexpr bool sm90_fwd_split_blocks_pay(int seqlen_q, int seqlen_k) {
+    return seqlen_q <= 64 && seqlen_k >= 4 * sm90_fwd_split_tile_config().block_n;
+}
+
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
     return sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;

@@ -53,8 +53,10 @@ __device__ __forceinline__ TileWork<kIsCausal> tile_work(FwdKernelParams<Traits>
     const TileCoord tc = kp.scheduler.template coord<kIsCausal>(tile);
     const BlockInfo binfo(params, tc.bidb);
     const Mask<kIsCausal> mask{binfo.seqlen_k, binfo.causal_shift(), params.window_left, params.window_right};
-    const int row0 = tc.m_block * Traits::kBlockM - causal_row_shift(mask, params.p_dropout > 0.f, binfo.seqlen_q,
-                                                                          Traits::kBlockM);
+    // Split-block kernels keep a tile's rows (at most 64) in warpgroup 0's half.
+    const int row0 = tc.m_block * Traits::kBlockM -
+                     (Traits::kSplitBlocks ? 0 : causal_row_shift(mask, params.p_dropout > 0.f, binfo.seqlen_q,
+                                                                  Traits::kBlockM));
     const int first_row = max(row0, 0);
     return {tc, binfo, row0, mask, kv_block_range(mask, first_row, row0 + Traits::kBlockM - first_row, Traits::kBlockN)};
 }
