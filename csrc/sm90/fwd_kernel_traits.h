@@ -21,8 +21,8 @@ enum class FwdBarrier : uint32_t {
     // (fwd_epilogue.h), and the softmax's vote (fwd_consumer.h).
     kOwnOfWarpgroup0 = 0,
     kTurnOfWarpgroup0 = 3,  // warpgroup_turns.h: one per consumer warpgroup
-    // Split-block kernels (fwd_split_blocks.h), among both consumer warpgroups: warpgroup 0 is done
-    // with the tile's GEMMs; warpgroup 1's partial results are in shared memory.
+    // Split-block kernels (fwd_split_blocks.h), both consumer warpgroups through one bar.sync each:
+    // both are done with the tile's GEMMs; warpgroup 1's partial results are in shared memory.
     kSplitGemmsDone = 5,
     kSplitPartialsReady = 6,
 };
