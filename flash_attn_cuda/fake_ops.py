@@ -66,6 +66,7 @@ def _(k_cache, v_cache, k, v, q, seqlens, slots, block_table, cos, sin, *flags):
 
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_merge")
-def _(out, lse, batch, splits):
-    rows = out.shape[0] // splits
-    return out.new_empty((rows, *out.shape[1:])), lse.new_empty((lse.shape[0], rows))
+def _(out, lse, batch, splits, heads_outer):
+    rows, (nheads, d) = out.shape[0] // (batch * splits), out.shape[1:]
+    merged = out.new_empty((batch, nheads, rows, d) if heads_outer else (batch, rows, nheads, d))
+    return merged.transpose(1, 2) if heads_outer else merged, lse.new_empty((nheads, batch * rows))

@@ -11,14 +11,11 @@ from flash_attn_cuda.checks import check_head_dim
 from flash_attn_cuda.interface import _attention
 from flash_attn_cuda import _extension
 from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits, rows_view, sequence_offsets
+from flash_attn_cuda.kvcache_splits import auto_splits
 from flash_attn_cuda.rotary import apply_rotary
 
-# Split-KV: the most chunks of a batch's keys (given, and picked by num_splits=0), the fewest keys
-# a chunk is given, and the fewest chunks worth their merge.
+# Split-KV: the most chunks of a batch's keys that num_splits gives.
 MAX_SPLITS = 16
-AUTO_MAX_SPLITS = 8
-MIN_SPLIT_KEYS = 512
-MIN_SPLITS = 3
 
 
 def flash_attn_with_kvcache(
@@ -110,6 +107,10 @@ def flash_attn_with_kvcache(
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), alibi_slopes[:, None]), 1)
         alibi_slopes = torch.cat((alibi_slopes.reshape(2 * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
     packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
+    if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
+        # One row seen by every chunk stays a broadcast view, which the Hopper family (TMA) cannot
+        # describe: the forward would fall back to the FA2 family (1.6-1.7x slower, runs 385-387).
+        packed_q = packed_q.contiguous()
     with torch.no_grad():
         out, lse, _ = _attention(q=packed_q, k=keys, v=values, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
                                  max_seqlen_q=rows.shape[1], max_seqlen_k=capacity, dropout_p=0.0,
@@ -117,7 +118,7 @@ def flash_attn_with_kvcache(
                                  alibi_slopes=alibi_slopes, deterministic=False, return_attn_probs=True,
                                  check_cu_seqlens=False)
     if splits > 1:
-        out, lse = merge_splits(out, lse, batch, splits)
+        out, lse = merge_splits(out, lse, batch, splits, heads_outer=swap)
     out = out.reshape(batch, *rows.shape[1:])
     lse = lse.reshape(lse.shape[0], batch, rows.shape[1])
     if inverse is not None:
@@ -388,17 +389,13 @@ def _rows_of(k_cache, v_cache):
 def _splits(num_splits, rows, longest, causal, window, alibi_slopes):
     """How many chunks split-KV cuts each batch's keys into. A chunk sees all of its batch's query
     rows, so only problems whose rows all see every key split (no causal mask over several rows,
-    window or ALiBi, whose offsets a chunk would shift). num_splits=0: a decoding tile is bound by
-    one warpgroup's chain of GEMMs and softmax per key block, so chunks pay on up to two tiles per
-    SM: enough chunks for a tile per SM, at least MIN_SPLITS and at most AUTO_MAX_SPLITS, none
-    shorter than MIN_SPLIT_KEYS keys (run 366's sweep, benchmarks/NOTES.md)."""
+    window or ALiBi, whose offsets a chunk would shift). num_splits=0: kvcache_splits' model."""
     if causal or window != (-1, -1) or alibi_slopes is not None or num_splits == 1:
         return 1
     if num_splits > 1:
         return min(num_splits, MAX_SPLITS)
-    batch, seqlen, nheads = rows.shape[:3]
-    tiles = batch * nheads * math.ceil(seqlen / 128)
-    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count if rows.is_cuda else 1
-    if longest < MIN_SPLITS * MIN_SPLIT_KEYS or tiles > 2 * sms:
+    if not rows.is_cuda:
         return 1
-    return min(max(sms // max(tiles, 1), MIN_SPLITS), AUTO_MAX_SPLITS, longest // MIN_SPLIT_KEYS)
+    batch, seqlen, nheads = rows.shape[:3]
+    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count
+    return auto_splits(batch, seqlen, nheads, longest, sms)

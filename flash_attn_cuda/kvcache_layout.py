@@ -57,13 +57,14 @@ def sequence_offsets(key_starts, key_lengths, rows_per_batch, splits, total_rows
     return cu_q.to(torch.int32), cu_k.to(torch.int32)
 
 
-def merge_splits(out, lse, batch, splits):
+def merge_splits(out, lse, batch, splits, heads_outer=False):
     """out (batch * splits * rows, nheads, d) and lse (nheads, batch * splits * rows) of the chunks
-    (lse +inf where a chunk has no key for the row) -> out (batch * rows, nheads, d) in out's dtype
+    (lse +inf where a chunk has no key for the row) -> out (batch, rows, nheads, d) in out's dtype
     and lse (nheads, batch * rows), +inf where no chunk has a key: in one launch on the GPU
-    (csrc/kvcache), with torch on the CPU."""
+    (csrc/kvcache), with torch on the CPU. heads_outer: the GPU lays out the merged out as (batch,
+    nheads, rows, d) in memory (its transpose(1, 2) is then contiguous)."""
     if out.is_cuda:
-        return _extension.ops().kvcache_merge(out, lse.contiguous(), batch, splits)
+        return _extension.ops().kvcache_merge(out, lse.contiguous(), batch, splits, heads_outer)
     nheads, rows = lse.shape[0], lse.shape[1] // (batch * splits)
     chunk_out = out.reshape(batch, splits, rows, *out.shape[1:])
     chunk_lse = lse.reshape(nheads, batch, splits, rows)
@@ -73,4 +74,4 @@ def merge_splits(out, lse, batch, splits):
     compute = torch.promote_types(out.dtype, torch.float32)
     merged = torch.einsum("hbsr,bsrhd->brhd", weights.to(compute), chunk_out.to(compute))
     total = total.masked_fill(total == float("-inf"), float("inf"))
-    return merged.to(out.dtype).flatten(0, 1), total.flatten(1)
+    return merged.to(out.dtype), total.flatten(1)

@@ -212,6 +212,8 @@ for family in ("sm80", "sm90"):
             flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=seqlens, cache_leftpad=leftpad,
                                     cache_batch_idx=slots, num_splits=3)
         graph.replay()
+    # One row per KV head of a batch of one, every chunk seeing it (copied from a broadcast view).
+    flash_attn_with_kvcache(q[:1, :, :2], k_cache[:1], v_cache[:1], cache_seqlens=seqlens[1:2], num_splits=4)
     flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,
                             cache_leftpad=leftpad)
     table = torch.randperm(9, device="cuda").reshape(3, 3).to(torch.int32)

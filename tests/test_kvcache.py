@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from conftest import assert_lse_within, assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
-from flash_attn_cuda import flash_attn_with_kvcache
+from flash_attn_cuda import _extension, flash_attn_with_kvcache
 from flash_attn_cuda import kvcache as kvcache_module
+from flash_attn_cuda.kvcache_layout import merge_splits
 from flash_attn_cuda.reference import attention_ref
 
 
@@ -265,6 +266,60 @@ def test_long_decode_split_kv_matches_reference(num_splits):
     out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, k, v, kwargs)
     assert_within_rule("out", out, out_ref, out_pt)
     assert_lse_within(lse, lse_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("nheads_k", [8, 2])
+def test_split_chunks_reach_the_family_of_their_problem(kernel_family, monkeypatch, batch, nheads_k):
+    """Every chunk of split-KV sees its batch's query rows. One decoding row per head (no GQA
+    grouping) of a batch of one stayed a broadcast view (row stride 0), which the Hopper family
+    cannot load through TMA, and such forwards fell back to the FA2 family; the forward the chunks
+    get must run on the family that serves a problem of that shape."""
+    skip_unbuilt(128, torch.bfloat16)
+    served = []
+    attention = kvcache_module._attention
+
+    def spy(**kwargs):
+        served.append(_extension.load().fwd_family(kwargs["q"], kwargs["k"], kwargs["v"], kwargs["cu_seqlens_q"],
+                                                   kwargs["cu_seqlens_k"], kwargs["max_seqlen_q"],
+                                                   kwargs["max_seqlen_k"], 0.125, kwargs["causal"]))
+        return attention(**kwargs)
+
+    monkeypatch.setattr(kvcache_module, "_attention", spy)
+    gen = torch.Generator(device="cuda").manual_seed(batch * nheads_k)
+    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_cache, v_cache = (torch.randn(batch, 2048, nheads_k, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                        for _ in range(2))
+    kwargs = dict(cache_seqlens=lengths([2000, 1500, 700][:batch], "cuda"), num_splits=4)
+    out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, None, None, kwargs)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+    sm90_dims = _extension.load().built_config()["family_head_dims"].get("sm90", [])
+    assert served == ["sm90" if kernel_family == "sm90" and 128 in sm90_dims else "sm80"]
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("heads_outer", [False, True])
+@pytest.mark.parametrize("head_dim", [40, 256])
+def test_merge_kernel_matches_torch_and_its_fake(heads_outer, head_dim):
+    """Split-KV's merge kernel against the torch merge (chunks without keys among them), its
+    layout (heads_outer: the transpose of the merged rows and heads is contiguous), and
+    torch.library.opcheck of the op against its fake."""
+    gen = torch.Generator(device="cuda").manual_seed(head_dim)
+    batch, splits, rows, nheads = 2, 11, 3, 5
+    out = torch.randn(batch * splits * rows, nheads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lse = torch.randn(nheads, batch * splits * rows, device="cuda", generator=gen)
+    lse[:, rows : 3 * rows] = float("inf")
+    merged, merged_lse = merge_splits(out, lse, batch, splits, heads_outer=heads_outer)
+    expected, expected_lse = merge_splits(out.cpu().double(), lse.cpu().double(), batch, splits)
+    assert merged.shape == (batch, rows, nheads, head_dim)
+    assert merged.transpose(1, 2).is_contiguous() == heads_outer
+    torch.testing.assert_close(merged.cpu().double(), expected, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(merged_lse.cpu().double(), expected_lse, rtol=1e-6, atol=1e-5)
+    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_merge.default, (out, lse, batch, splits, heads_outer))
 
 
 @pytest.mark.gpu

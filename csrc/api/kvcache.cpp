@@ -149,16 +149,20 @@ Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor
     return q_out;
 }
 
-std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, int64_t batch, int64_t splits) {
+// merged is (batch, rows, nheads, d); heads_outer lays it out as (batch, nheads, rows, d) in memory,
+// which is the query heads' order when the rows are a KV head's group of query heads.
+std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, int64_t batch, int64_t splits,
+                                         bool heads_outer) {
     TORCH_CHECK_VALUE(out.is_cuda() && out.dim() == 3 && out.stride(2) == 1 && lse.scalar_type() == at::kFloat &&
                           lse.dim() == 2 && lse.is_contiguous() && lse.size(0) == out.size(1) &&
                           lse.size(1) == out.size(0) && batch > 0 && splits > 0 && splits <= flash::kvcache::kMaxMergeSplits &&
-                          out.size(0) % (batch * splits) == 0,
+                          out.size(0) % (batch * splits) == 0 && out.size(2) <= flash::kvcache::kMaxMergeHeadDim,
                       "kvcache_merge: out must be (batch * splits * rows, nheads, d) and lse (nheads, its rows) float32, ",
-                      "splits at most ", flash::kvcache::kMaxMergeSplits);
+                      "splits at most ", flash::kvcache::kMaxMergeSplits, ", d at most ", flash::kvcache::kMaxMergeHeadDim);
     at::cuda::CUDAGuard guard{out.device()};
     const int64_t rows = out.size(0) / (batch * splits);
-    Tensor merged = at::empty({batch * rows, out.size(1), out.size(2)}, out.options());
+    Tensor merged = heads_outer ? at::empty({batch, out.size(1), rows, out.size(2)}, out.options()).transpose(1, 2)
+                                : at::empty({batch, rows, out.size(1), out.size(2)}, out.options());
     Tensor merged_lse = at::empty({out.size(1), batch * rows}, lse.options());
     flash::kvcache::MergeParams p{};
     p.out = out.data_ptr();
@@ -166,6 +170,9 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
     p.out_head_stride = out.stride(1);
     p.lse = lse.data_ptr<float>();
     p.merged = merged.data_ptr();
+    p.merged_batch_stride = merged.stride(0);
+    p.merged_row_stride = merged.stride(1);
+    p.merged_head_stride = merged.stride(2);
     p.merged_lse = merged_lse.data_ptr<float>();
     p.batch = int(batch);
     p.splits = int(splits);
@@ -188,7 +195,8 @@ TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def("kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor q, Tensor seqlens, "
           "Tensor? slots, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, bool q_per_row, "
           "int capacity) -> Tensor q_rotated");
-    m.def("kvcache_merge(Tensor out, Tensor lse, int batch, int splits) -> (Tensor merged, Tensor merged_lse)");
+    m.def("kvcache_merge(Tensor out, Tensor lse, int batch, int splits, bool heads_outer) "
+          "-> (Tensor merged, Tensor merged_lse)");
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {

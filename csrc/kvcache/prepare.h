@@ -59,17 +59,20 @@ struct AppendParams {
 template <typename Element>
 void launch_append(const AppendParams &p, cudaStream_t stream);
 
-// The most chunks a merge takes: its kernel gives each a lane of a warp.
+// The most chunks a merge takes: its kernel gives each a lane of a warp. And the largest head dim:
+// a warp's loads of all of a row's features are unrolled.
 constexpr int kMaxMergeSplits = 32;
+constexpr int kMaxMergeHeadDim = 256;
 
 // Split-KV's merge: out (batch * splits * rows, nheads, head_dim) and lse (nheads, batch * splits *
-// rows) of the chunks (lse +inf where a chunk has no key for the row) -> merged (batch * rows,
-// nheads, head_dim) and merged_lse (nheads, batch * rows), +inf where no chunk has a key.
+// rows) of the chunks (lse +inf where a chunk has no key for the row) -> merged (batch, rows, nheads,
+// head_dim) at its strides and merged_lse (nheads, batch * rows), +inf where no chunk has a key.
 struct MergeParams {
     const void *out;
     int64_t out_row_stride, out_head_stride;
     const float *lse;
-    void *merged;  // contiguous
+    void *merged;
+    int64_t merged_batch_stride, merged_row_stride, merged_head_stride;
     float *merged_lse;
     int batch, splits, rows, nheads, head_dim;
 };
