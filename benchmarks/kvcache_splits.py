@@ -19,7 +19,6 @@ from benchmark_kvcache import SPARE, graphed
 from flash_attn_cuda import flash_attn_with_kvcache
 
 
-
 def graph_us(fn, calls, rounds):
     """The median time of one call of fn, over rounds replays of a graph of calls calls."""
     replay = graphed(lambda: [fn() for _ in range(calls)])
