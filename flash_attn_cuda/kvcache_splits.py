@@ -1,7 +1,8 @@
 """How many chunks split-KV cuts each batch's keys into when num_splits=0: the count whose step a
 cost model of the Hopper forward's persistent grid rates fastest. Fitted to run 388's sweep
-(benchmarks/kvcache_splits.py, H200, d=64 and 128, GQA and not; benchmarks/NOTES.md), whose
-fastest count it comes within 1.1% of on average (12% at worst); the rule it replaced, 7% (37%).
+(benchmarks/kvcache_splits.py, H200, d=64 and 128, GQA and not; benchmarks/NOTES.md); on the sweeps
+of runs 389 and 391, not fitted to, its picks take 1.1-1.6% more time than the fastest count on
+average (10-16% at worst), against 7-11% (34-85%) for the rule it replaced (run 383).
 
 The model: the grid takes its tiles in static rounds of one tile per block (sm90/static_tiles.h), a
 tile per (sequence, head, row block) with the sequences in kvcache_layout's order (per batch, the
@@ -16,11 +17,13 @@ import math
 
 from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN
 
-# The chunk counts the sweep measured, from which num_splits=0 picks.
-CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)
+# The chunk counts the sweep measured, from which num_splits=0 picks: not 2, which ran up to 12%
+# slower than the model rates it where it takes several rounds (batch 32 at 4k keys: 176 us against
+# 157 for three chunks, runs 388-391).
+CANDIDATES = (1, 3, 4, 6, 8, 12, 16)
 # A tile's fixed time and the merge kernel's, as the time of that many keys through a tile.
-TILE_KEYS = 700
-MERGE_KEYS = 1000
+TILE_KEYS = 600
+MERGE_KEYS = 800
 # Query rows per tile (the forward's row block at d=128).
 ROW_BLOCK = 128
 
