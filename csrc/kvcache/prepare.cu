@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) 
     const auto *__restrict__ out = static_cast<const Element *>(p.out) + head * p.out_head_stride;
     auto *__restrict__ merged = static_cast<Element *>(p.merged) + b * p.merged_batch_stride +
                                 r * p.merged_row_stride + head * p.merged_head_stride;
-    // Lane f + 32 s holds feature step s; the loads of kMergeBatch chunks are all issued before
+    // Lane l sums the features l + 32 s; the loads of kMergeBatch chunks are all issued before
     // their sums, so that a row waits for about splits / kMergeBatch round trips to memory.
     constexpr int kSteps = kMaxMergeHeadDim / 32;
     float acc[kSteps] = {};
