@@ -1,9 +1,9 @@
 """Split-KV's chunk count swept over decode steps captured in CUDA graphs: the time of
 flash_attn_with_kvcache at each num_splits, per batch and cache length, beside what num_splits=0
-picks and SDPA cuDNN's time in the same process. The data behind kvcache._splits.
+picks and SDPA cuDNN's time in the same process. The data behind kvcache_splits.auto_splits.
 
 python benchmarks/kvcache_splits.py [--batches 1,4,16,64] [--lengths 1024,4096,16384]
-    [--splits 1,2,3,4,6,8,12,16] [--heads 32,8] [--head-dim 128]
+    [--splits 0,1,2,3,4,6,8,12,16] [--heads 32,8] [--head-dim 128]   (0: the automatic count)
 
 Each time is the median over rounds of a graph of --calls steps, divided by the steps (us).
 """

@@ -33,6 +33,13 @@ def rows_view(cache):
     return view, per_slot
 
 
+def chunk_length(key_lengths, splits):
+    """The keys of each of a sequence's splits chunks (an int or a tensor of them): SPLIT_ALIGN-aligned
+    where split, so the last chunks may be shorter or empty."""
+    chunk = (key_lengths + splits - 1) // splits
+    return chunk if splits == 1 else (chunk + SPLIT_ALIGN - 1) // SPLIT_ALIGN * SPLIT_ALIGN
+
+
 def sequence_offsets(key_starts, key_lengths, rows_per_batch, splits, total_rows):
     """(cu_seqlens_q, cu_seqlens_k) int32 for batches whose keys start at key_starts (increasing,
     not overlapping) with key_lengths keys each, rows_per_batch query rows each, in splits chunks:
@@ -43,9 +50,7 @@ def sequence_offsets(key_starts, key_lengths, rows_per_batch, splits, total_rows
     the tensors."""
     batch = key_starts.shape[0]
     device = key_starts.device
-    chunk = (key_lengths + splits - 1) // splits
-    if splits > 1:
-        chunk = (chunk + SPLIT_ALIGN - 1) // SPLIT_ALIGN * SPLIT_ALIGN
+    chunk = chunk_length(key_lengths, splits)
     ends = torch.minimum(chunk[:, None] * torch.arange(1, splits + 1, device=device), key_lengths[:, None])
     bounds = torch.cat((key_starts[:, None], key_starts[:, None] + ends), dim=1).flatten()
     zero = torch.zeros(1, dtype=bounds.dtype, device=device)

@@ -15,7 +15,7 @@ better exponent of d than 0 on d=64 and 128)."""
 import functools
 import math
 
-from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN
+from flash_attn_cuda.kvcache_layout import chunk_length
 
 # The chunk counts the sweep measured, from which num_splits=0 picks: not 2, which ran up to 12%
 # slower than the model rates it where it takes several rounds (batch 32 at 4k keys: 176 us against
@@ -26,14 +26,6 @@ TILE_KEYS = 600
 MERGE_KEYS = 800
 # Query rows per tile (the forward's row block at d=128).
 ROW_BLOCK = 128
-
-
-def chunk_keys(longest, splits):
-    """The keys of each chunk of a sequence of `longest` keys (as kvcache_layout.sequence_offsets
-    cuts them: SPLIT_ALIGN-aligned, the last chunks possibly shorter or empty)."""
-    if splits == 1:
-        return longest
-    return math.ceil(math.ceil(longest / splits) / SPLIT_ALIGN) * SPLIT_ALIGN
 
 
 def busy_rounds(splits, batch, tiles_per_sequence, chunks, sms):
@@ -59,7 +51,7 @@ def auto_splits(batch, rows, heads, longest, sms):
     tiles_per_sequence = heads * math.ceil(rows / ROW_BLOCK)
 
     def cost(splits):
-        chunk = chunk_keys(longest, splits)
+        chunk = chunk_length(longest, splits)
         rounds = busy_rounds(splits, batch, tiles_per_sequence, math.ceil(longest / chunk), sms)
         return rounds * (chunk + TILE_KEYS) + (MERGE_KEYS if splits > 1 else 0)
 

@@ -3,14 +3,14 @@ over the layout's sequences, and the counts it picks at the ends of the range.""
 
 import pytest
 
-from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN
-from flash_attn_cuda.kvcache_splits import CANDIDATES, auto_splits, busy_rounds, chunk_keys
+from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, chunk_length
+from flash_attn_cuda.kvcache_splits import CANDIDATES, auto_splits, busy_rounds
 
 
 @pytest.mark.parametrize("longest, splits, expected", [(16384, 1, 16384), (16384, 3, 5504), (1000, 4, 256),
                                                        (100, 16, SPLIT_ALIGN)])
-def test_chunks_are_cut_as_the_layout_cuts_them(longest, splits, expected):
-    assert chunk_keys(longest, splits) == expected
+def test_chunk_lengths(longest, splits, expected):
+    assert chunk_length(longest, splits) == expected
 
 
 @pytest.mark.parametrize("splits, batch, heads, sms, expected", [
