@@ -92,11 +92,13 @@ def flash_attn_with_kvcache(
     splits = _splits(num_splits, rows, capacity if facts["longest"] is None else facts["longest"], causal, window,
                      alibi_slopes)
     sizes = (seqlen_new, rows_per_slot, rows.shape[1], splits, keys.shape[0])
+    packed_q = None
     if "lengths" in facts:
         cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
                                                   tuple(facts["slots"]) if slotted else None, *sizes, q.device)
     else:
-        cu_q, cu_k = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device)
+        cu_q, cu_k, packed_q = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device,
+                                              rows if splits > 1 else None)
         order = inverse = None
     if order is not None:
         rows = rows.index_select(0, order)
@@ -106,11 +108,12 @@ def flash_attn_with_kvcache(
         # A slope row per sequence: none for those without query rows.
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), alibi_slopes[:, None]), 1)
         alibi_slopes = torch.cat((alibi_slopes.reshape(2 * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
-    packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
-    if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
-        # One row seen by every chunk stays a broadcast view, which the Hopper family (TMA) cannot
-        # describe: the forward would fall back to the FA2 family (1.6-1.7x slower, runs 385-387).
-        packed_q = packed_q.contiguous()
+    if packed_q is None:
+        packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
+        if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
+            # One row seen by every chunk stays a broadcast view, which the Hopper family (TMA) cannot
+            # describe: the forward would fall back to the FA2 family (1.6-1.7x slower, runs 385-387).
+            packed_q = packed_q.contiguous()
     with torch.no_grad():
         out, lse, _ = _attention(q=packed_q, k=keys, v=values, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
                                  max_seqlen_q=rows.shape[1], max_seqlen_k=capacity, dropout_p=0.0,
@@ -361,20 +364,25 @@ def _host_layout(lengths, starts, slots, seqlen_new, rows_per_slot, rows, splits
 
 
 def _device_layout(cache_seqlens, cache_leftpad, capacity, batch, seqlen_new, rows_per_slot, rows, splits,
-                   total_rows, device):
+                   total_rows, device, q_rows=None):
     """_host_layout's offsets, batch b in slot b, from device tensors, the values clamped
-    (unchecked: under torch.compile and CUDA graph capture): in one launch on the GPU
-    (csrc/kvcache), with torch on the CPU."""
+    (unchecked: under torch.compile and CUDA graph capture), and q_rows (batch, rows, nheads, d)
+    copied once per chunk where given and the kernel takes it (else None: the caller packs them):
+    in one launch on the GPU (csrc/kvcache), with torch on the CPU."""
     if device.type == "cuda":
         lengths = cache_seqlens.contiguous() if isinstance(cache_seqlens, torch.Tensor) else None
         default = capacity if cache_seqlens is None else (0 if lengths is not None else cache_seqlens)
-        return _extension.ops().kvcache_layout(
+        if q_rows is not None and (q_rows.dtype not in (torch.float16, torch.bfloat16) or q_rows.stride(-1) != 1):
+            q_rows = None
+        cu_q, cu_k, packed_q = _extension.ops().kvcache_layout(
             torch.empty(0, device=device), lengths, default, None if cache_leftpad is None else cache_leftpad.contiguous(),
-            batch, seqlen_new, capacity, rows_per_slot, rows, splits, SPLIT_ALIGN, total_rows)
+            batch, seqlen_new, capacity, rows_per_slot, rows, splits, SPLIT_ALIGN, total_rows, q_rows)
+        return cu_q, cu_k, None if q_rows is None else packed_q
     lengths = _per_batch(cache_seqlens, batch, device, capacity).long().clamp(0, capacity - seqlen_new)
     starts = torch.minimum(_per_batch(cache_leftpad, batch, device, 0).long().clamp(min=0), lengths)
     slots = torch.arange(batch, device=device)
-    return sequence_offsets(slots * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits, total_rows)
+    return (*sequence_offsets(slots * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits, total_rows),
+            None)
 
 
 def _rows_of(k_cache, v_cache):

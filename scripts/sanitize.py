@@ -10,6 +10,7 @@ import torch
 
 from flash_attn_cuda import (_extension, flash_attn_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
                              flash_attn_with_kvcache)
+from flash_attn_cuda import kvcache as kvcache_module
 
 built = _extension.load().built_config()
 dtype = torch.bfloat16 if "bf16" in built["dtypes"] else torch.float16
@@ -212,6 +213,9 @@ for family in ("sm80", "sm90"):
             flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=seqlens, cache_leftpad=leftpad,
                                     cache_batch_idx=slots, num_splits=3)
         graph.replay()
+    # The layout kernel that a capture runs, with the chunks' query rows (a KV head's query heads).
+    kvcache_module._device_layout(seqlens, leftpad, 700, 3, 1, 700, 4, 3, 4 * 700, torch.device("cuda"),
+                                  q.reshape(3, 2, 4, head_dim).transpose(1, 2))
     # One row per KV head of a batch of one, every chunk seeing it (copied from a broadcast view).
     flash_attn_with_kvcache(q[:1, :, :2], k_cache[:1], v_cache[:1], cache_seqlens=seqlens[1:2], num_splits=4)
     flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,

@@ -8,7 +8,7 @@ import torch
 from conftest import assert_lse_within, assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
 from flash_attn_cuda import _extension, flash_attn_with_kvcache
 from flash_attn_cuda import kvcache as kvcache_module
-from flash_attn_cuda.kvcache_layout import merge_splits
+from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits
 from flash_attn_cuda.reference import attention_ref
 
 
@@ -353,17 +353,25 @@ def test_decode_under_cuda_graph_replay():
 def test_layout_kernel_matches_torch(batch, valid, splits):
     """The offsets of csrc/kvcache's layout kernel (under CUDA graph capture) against the same steps
     in torch: left padding; 1500 batches (more than a block's threads, several chunks of its
-    running max), with lengths and padding out of range (clamped)."""
+    running max), with lengths and padding out of range (clamped); and the chunks' query rows it
+    copies, from a strided view of q (a KV head's group of query heads, as decoding with GQA
+    passes them), against torch's copy, and the op against its fake."""
     gen = torch.Generator().manual_seed(batch + splits)
-    capacity, seqlen_new, rows_per_slot = 700, 2, 800
+    capacity, seqlen_new, rows_per_slot, rows = 700, 2, 800, 5
     top = capacity - seqlen_new + (0 if valid else 60)
     seqlens = torch.randint(0, top + 1, (batch,), generator=gen, dtype=torch.int32)
     leftpad = (torch.rand(batch, generator=gen) * (seqlens + 1)).to(torch.int32) - (0 if valid else 5)
-    sizes = (capacity, batch, seqlen_new, rows_per_slot, 5, splits, (batch - 1) * rows_per_slot + capacity)
+    sizes = (capacity, batch, seqlen_new, rows_per_slot, rows, splits, (batch - 1) * rows_per_slot + capacity)
+    q_rows = torch.randn(batch, 3, rows, 40, generator=gen).to(torch.bfloat16).transpose(1, 2)
     expected = kvcache_module._device_layout(seqlens, leftpad, *sizes, torch.device("cpu"))
-    got = kvcache_module._device_layout(seqlens.cuda(), leftpad.cuda(), *sizes, torch.device("cuda"))
+    got = kvcache_module._device_layout(seqlens.cuda(), leftpad.cuda(), *sizes, torch.device("cuda"), q_rows.cuda())
     for name, e, g in zip(("cu_seqlens_q", "cu_seqlens_k"), expected, got):
         assert torch.equal(g.cpu().long(), e.long()), name
+    packed = q_rows[:, None].expand(-1, splits, -1, -1, -1).reshape(batch * splits * rows, 3, 40)
+    assert torch.equal(got[2].cpu(), packed)
+    args = (torch.empty(0, device="cuda"), seqlens.cuda(), 0, leftpad.cuda(), batch, seqlen_new, capacity,
+            rows_per_slot, rows, splits, SPLIT_ALIGN, sizes[-1], q_rows.cuda())
+    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_layout.default, args)
 
 
 @pytest.mark.gpu

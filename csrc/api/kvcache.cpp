@@ -46,10 +46,13 @@ flash::kvcache::RowStrides row_strides(const Tensor &t, const char *name) {
     return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
-std::tuple<Tensor, Tensor> kvcache_layout(const Tensor &like, const OptionalTensor &seqlens, int64_t default_seqlen,
-                                          const OptionalTensor &leftpad, int64_t batch, int64_t seqlen_new,
-                                          int64_t capacity, int64_t rows_per_slot, int64_t rows, int64_t splits,
-                                          int64_t split_align, int64_t total_rows) {
+// q_rows (batch, rows, nheads, d), fp16 or bf16: copied per chunk into packed_q (batch * splits *
+// rows, nheads, d), the split forward's query rows (else packed_q is empty).
+std::tuple<Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, const OptionalTensor &seqlens,
+                                                  int64_t default_seqlen, const OptionalTensor &leftpad, int64_t batch,
+                                                  int64_t seqlen_new, int64_t capacity, int64_t rows_per_slot,
+                                                  int64_t rows, int64_t splits, int64_t split_align, int64_t total_rows,
+                                                  const OptionalTensor &q_rows) {
     TORCH_CHECK_VALUE(like.is_cuda(), "kvcache_layout runs on a CUDA device");
     TORCH_CHECK_VALUE(batch >= 0 && splits >= 1 && rows >= 0 && total_rows >= 0 && total_rows < INT_MAX &&
                           batch * splits * rows < INT_MAX && batch * (splits + 1) + 2 < INT_MAX,
@@ -73,9 +76,22 @@ std::tuple<Tensor, Tensor> kvcache_layout(const Tensor &like, const OptionalTens
     p.total_rows = int(total_rows);
     p.cu_seqlens_q = cu_q.data_ptr<int>();
     p.cu_seqlens_k = cu_k.data_ptr<int>();
+    Tensor packed_q = at::empty({0}, like.options());
+    if (q_rows.has_value()) {
+        TORCH_CHECK_VALUE((q_rows->scalar_type() == at::kHalf || q_rows->scalar_type() == at::kBFloat16) &&
+                              q_rows->device() == device && q_rows->dim() == 4 && q_rows->size(0) == batch &&
+                              q_rows->size(1) == rows,
+                          "kvcache_layout: q_rows must be fp16 or bf16 (batch, rows, nheads, d) on like's device");
+        packed_q = at::empty({batch * splits * rows, q_rows->size(2), q_rows->size(3)}, q_rows->options());
+        p.q = q_rows->data_ptr();
+        p.q_strides = row_strides(*q_rows, "q_rows");
+        p.packed_q = packed_q.data_ptr();
+        p.nheads = int(q_rows->size(2));
+        p.head_dim = int(q_rows->size(3));
+    }
     flash::kvcache::launch_layout(p, at::cuda::getCurrentCUDAStream().stream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return {cu_q, cu_k};
+    return {cu_q, cu_k, packed_q};
 }
 
 Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor &k, const Tensor &v, const Tensor &q,
@@ -190,8 +206,8 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def("kvcache_layout(Tensor like, Tensor? seqlens, int default_seqlen, Tensor? leftpad, int batch, "
-          "int seqlen_new, int capacity, int rows_per_slot, int rows, int splits, int split_align, int total_rows) "
-          "-> (Tensor cu_seqlens_q, Tensor cu_seqlens_k)");
+          "int seqlen_new, int capacity, int rows_per_slot, int rows, int splits, int split_align, int total_rows, "
+          "Tensor? q_rows) -> (Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor packed_q)");
     m.def("kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor q, Tensor seqlens, "
           "Tensor? slots, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, bool q_per_row, "
           "int capacity) -> Tensor q_rotated");

@@ -3,7 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include <cub/block/block_scan.cuh>
+
+#include "common/dependent_launch.h"
 
 namespace flash::kvcache {
 
@@ -12,7 +16,7 @@ namespace {
 constexpr int kLayoutThreads = 1024;
 constexpr int kAppendThreads = 256;
 constexpr int kMergeWarps = 4;
-constexpr int kMergeBatch = 8;  // chunks whose loads a merge issues together
+constexpr int kMergeBatch = 16;  // chunks whose loads a merge issues together
 
 struct Maximum {
     __device__ int operator()(int a, int b) const { return max(a, b); }
@@ -20,9 +24,30 @@ struct Maximum {
 
 __device__ int clamp_to(int64_t x, int64_t lo, int64_t hi) { return int(x < lo ? lo : x > hi ? hi : x); }
 
-// One block: each thread places its batches, then the block makes the key offsets non-decreasing
-// with a running max.
+// The blocks after the first: the chunks' query rows, an element per thread and step.
+__device__ void pack_query_rows(const LayoutParams &p) {
+    const int64_t per_row = int64_t(p.nheads) * p.head_dim;
+    const int64_t total = int64_t(p.batch) * p.splits * p.rows * per_row;
+    const auto *q = static_cast<const uint16_t *>(p.q);
+    auto *packed = static_cast<uint16_t *>(p.packed_q);
+    for (int64_t i = (blockIdx.x - 1) * int64_t(blockDim.x) + threadIdx.x; i < total;
+         i += (gridDim.x - 1) * int64_t(blockDim.x)) {
+        const int64_t packed_row = i / per_row;
+        const int head = int(i % per_row / p.head_dim), feature = int(i % p.head_dim);
+        const int64_t b = packed_row / (int64_t(p.splits) * p.rows);
+        const int r = int(packed_row % p.rows);
+        packed[i] = q[b * p.q_strides.outer + r * p.q_strides.row + head * p.q_strides.head + feature];
+    }
+}
+
+// The first block: each thread places its batches, then the block makes the key offsets
+// non-decreasing with a running max. The forward's descriptors kernel may start meanwhile.
 __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) {
+    flash::allow_next_grid();
+    if (blockIdx.x > 0) {
+        pack_query_rows(p);
+        return;
+    }
     const int per_batch = p.splits + 1;
     const int count = p.batch * per_batch + 2;
     for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
@@ -141,9 +166,13 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(AppendParams p) 
 // A warp per merged row: lane s reads chunk s's logsumexp and the warp reduces them to the chunks'
 // weights exp(lse_s - lse) (shuffles); each lane sums its features over the chunks in float32,
 // rounded once. A decode step's merge was a chain of dependent loads (8-10 us for 8 chunks of 32
-// rows, run 372; still 6 us for 12 chunks with a loop over the feature steps, run 388).
-template <typename Element>
+// rows, run 372; still 6 us for 12 chunks with a loop over the feature steps, run 388; 4.9 us with
+// the chunks' loads batched by 8 after the weights, run 390): now the first kMergeBatch chunks'
+// features are loaded together with the logsumexps, one round trip to memory for up to 16 chunks.
+// kSteps: the features a lane sums, 32 apart (head_dim <= 32 kSteps).
+template <typename Element, int kSteps>
 __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) {
+    flash::wait_for_previous_grid();
     const int64_t row = blockIdx.x * int64_t(kMergeWarps) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= int64_t(p.batch) * p.rows * p.nheads) {
@@ -153,8 +182,22 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) 
     const int r = int(row / p.nheads % p.rows);
     const int b = int(row / p.nheads / p.rows);
     const int64_t lse_row = (int64_t(head) * p.batch + b) * p.splits * p.rows + r;
+    const auto *__restrict__ out = static_cast<const Element *>(p.out) + head * p.out_head_stride;
+    Element x[kMergeBatch][kSteps];
+    const auto load_chunks = [&](int first) {
+        #pragma unroll
+        for (int c = 0; c < kMergeBatch; ++c) {
+            const Element *chunk_row = out + ((int64_t(b) * p.splits + first + c) * p.rows + r) * p.out_row_stride;
+            #pragma unroll
+            for (int step = 0; step < kSteps; ++step) {
+                const int f = lane + 32 * step;
+                x[c][step] = first + c < p.splits && f < p.head_dim ? chunk_row[f] : Element(0.f);
+            }
+        }
+    };
     // A chunk whose rows saw no key has lse +inf (and an output of zeros): weight 0.
     const float l = lane < p.splits ? p.lse[lse_row + int64_t(lane) * p.rows] : INFINITY;
+    load_chunks(0);
     float top = l == INFINITY ? -INFINITY : l;
     for (int offset = 16; offset > 0; offset /= 2) {
         top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, offset));
@@ -166,23 +209,12 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) 
     }
     const bool empty = top == -INFINITY;
     const float weight = empty ? 0.f : e / total;
-    const auto *__restrict__ out = static_cast<const Element *>(p.out) + head * p.out_head_stride;
     auto *__restrict__ merged = static_cast<Element *>(p.merged) + b * p.merged_batch_stride +
                                 r * p.merged_row_stride + head * p.merged_head_stride;
-    // Lane l sums the features l + 32 s; the loads of kMergeBatch chunks are all issued before
-    // their sums, so that a row waits for about splits / kMergeBatch round trips to memory.
-    constexpr int kSteps = kMaxMergeHeadDim / 32;
     float acc[kSteps] = {};
     for (int first = 0; first < p.splits; first += kMergeBatch) {
-        Element x[kMergeBatch][kSteps];
-        #pragma unroll
-        for (int c = 0; c < kMergeBatch; ++c) {
-            const Element *chunk_row = out + ((int64_t(b) * p.splits + first + c) * p.rows + r) * p.out_row_stride;
-            #pragma unroll
-            for (int step = 0; step < kSteps; ++step) {
-                const int f = lane + 32 * step;
-                x[c][step] = first + c < p.splits && f < p.head_dim ? chunk_row[f] : Element(0.f);
-            }
+        if (first > 0) {
+            load_chunks(first);
         }
         #pragma unroll
         for (int c = 0; c < kMergeBatch; ++c) {
@@ -207,7 +239,10 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) 
 }  // namespace
 
 void launch_layout(const LayoutParams &p, cudaStream_t stream) {
-    layout_kernel<<<1, kLayoutThreads, 0, stream>>>(p);
+    constexpr int64_t kMaxPackBlocks = 1024;
+    const int64_t packed = p.q ? int64_t(p.batch) * p.splits * p.rows * p.nheads * p.head_dim : 0;
+    const int64_t pack_blocks = std::min((packed + kLayoutThreads - 1) / kLayoutThreads, kMaxPackBlocks);
+    layout_kernel<<<int(1 + pack_blocks), kLayoutThreads, 0, stream>>>(p);
 }
 
 template <typename Element>
@@ -220,12 +255,18 @@ void launch_append(const AppendParams &p, cudaStream_t stream) {
     }
 }
 
+// Launched dependent on the forward before it, which lets it start at the forward's start.
 template <typename Element>
 void launch_merge(const MergeParams &p, cudaStream_t stream) {
     const int64_t rows = int64_t(p.batch) * p.rows * p.nheads;
-    if (rows > 0) {
-        merge_kernel<Element><<<int((rows + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32, 0, stream>>>(p);
+    if (rows <= 0) {
+        return;
     }
+    const dim3 grid(unsigned((rows + kMergeWarps - 1) / kMergeWarps)), block(kMergeWarps * 32);
+    const auto kernel = p.head_dim <= 64    ? merge_kernel<Element, 2>
+                        : p.head_dim <= 128 ? merge_kernel<Element, 4>
+                                            : merge_kernel<Element, kMaxMergeHeadDim / 32>;
+    flash::launch_dependent(kernel, grid, block, 0, stream, p);
 }
 
 template void launch_append<__half>(const AppendParams &, cudaStream_t);

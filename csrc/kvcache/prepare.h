@@ -10,11 +10,18 @@
 
 namespace flash::kvcache {
 
+// Strides in elements of a (batch or slot or block, row, head) tensor whose last dim is contiguous.
+struct RowStrides {
+    int64_t outer, row, head;
+};
+
 // The offsets of kvcache_layout.sequence_offsets, batch b in slot b: per batch, a sequence
 // without query rows over the rows before its keys, then its keys in `splits` chunks
 // (aligned to split_align, the last ones possibly empty) that each see the batch's `rows` query
 // rows; one last sequence without rows up to total_rows. Lengths and left padding are clamped to
-// the cache, and the key offsets made non-decreasing within [0, total_rows].
+// the cache, and the key offsets made non-decreasing within [0, total_rows]. Where q is set, the
+// chunks' query rows too: q (batch, rows, nheads, head_dim) of 2-byte elements, each batch's rows
+// copied once per chunk into packed_q (batch * splits * rows, nheads, head_dim), contiguous.
 struct LayoutParams {
     const int *seqlens;  // (batch,), or null: every batch has default_seqlen
     int default_seqlen;
@@ -22,14 +29,13 @@ struct LayoutParams {
     int batch, seqlen_new, capacity, rows_per_slot, rows, splits, split_align;
     int total_rows;
     int *cu_seqlens_q, *cu_seqlens_k;  // (batch * (splits + 1) + 2,)
+    const void *q;  // or null
+    RowStrides q_strides;
+    void *packed_q;
+    int nheads, head_dim;
 };
 
 void launch_layout(const LayoutParams &p, cudaStream_t stream);
-
-// Strides in elements of a (batch or slot or block, row, head) tensor whose last dim is contiguous.
-struct RowStrides {
-    int64_t outer, row, head;
-};
 
 // k and v (batch, seqlen_new, nheads_k, head_dim) written at rows seqlens[b] + t of each batch's
 // cache (its slot, or through block_table its pages of page_size rows), k rotated first where cos

@@ -7,6 +7,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "common/dependent_launch.h"
 #include "sm90/fwd_consumer.h"
 #include "sm90/fwd_kernel_traits.h"
 #include "sm90/fwd_params.h"
@@ -62,6 +63,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     cutlass::arch::fence_barrier_init();
     __syncthreads();
+    // Launched dependent (fwd_launch.h): what the kernel before wrote is read from here on; the
+    // kernel after (split-KV's merge) may start its blocks now.
+    allow_next_grid();
+    wait_for_previous_grid();
 
     if (is_producer) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();

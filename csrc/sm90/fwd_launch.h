@@ -1,11 +1,13 @@
 // Host entry of the Hopper forward: TMA descriptors from the parameters, then one persistent
-// block per SM (fewer when there are fewer tiles).
+// block per SM (fewer when there are fewer tiles), launched dependent on the kernel before it (the
+// varlen descriptors' kernel), so that its blocks set up while that one runs.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cute/tensor.hpp>
 
+#include "common/dependent_launch.h"
 #include "common/flash.h"
 #include "sm90/fwd_kernel.h"
 #include "sm90/fwd_kernel_traits.h"
@@ -50,7 +52,7 @@ void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms,
         }
     }
     const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));
-    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+    flash::launch_dependent(kernel, dim3(grid), dim3(Traits::kNumThreads), Traits::kSmemBytes, stream, kp);
 }
 
 // Errors (no sm_90a image for this GPU, too much shared memory) are left in cudaGetLastError()

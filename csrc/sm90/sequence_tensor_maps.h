@@ -4,7 +4,9 @@
 // inf or NaN there would reach this sequence's results (0 * inf is NaN). With the sequence's own
 // extent the TMA fills those rows with zeros, as the FA2 family's predicated loads do.
 // A small kernel builds the descriptors from the packed ones before each main kernel, into the
-// workspace (workspace.h); the load thread acquires each before its first load through it.
+// workspace (workspace.h); the load thread acquires each before its first load through it. It is
+// launched dependent on the kernel before it (which may have written cu_seqlens) and lets the
+// main kernel's blocks start under it (dependent_launch.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +16,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/block_info.h"
+#include "common/dependent_launch.h"
 #include "common/flash.h"
 #include "sm90/workspace.h"
 
@@ -75,6 +78,8 @@ __device__ __forceinline__ void replace_row_extent(TmaDescriptor *map, int t, in
 template <int... kRowDims>
 __global__ void build_sequence_tensor_maps_kernel(__grid_constant__ const SequenceMapsArgs<sizeof...(kRowDims)> args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    allow_next_grid();
+    wait_for_previous_grid();
     constexpr int kTensors = sizeof...(kRowDims);
     const int index = blockIdx.x * blockDim.x + threadIdx.x;
     if (index >= args.params.batch * kTensors) {
@@ -111,7 +116,7 @@ TmaDescriptor *build_sequence_tensor_maps(Flash_fwd_params const &params, void *
     }
     constexpr int kThreads = 128;
     const int blocks = (params.batch * kTensors + kThreads - 1) / kThreads;
-    build_sequence_tensor_maps_kernel<kRowDims...><<<blocks, kThreads, 0, stream>>>(args);
+    launch_dependent(build_sequence_tensor_maps_kernel<kRowDims...>, dim3(blocks), dim3(kThreads), 0, stream, args);
     return args.maps;
 }
 
