@@ -1,6 +1,8 @@
 """The kernels of one decode step (benchmark_kvcache.py's problem) and the GPU time of each, from
 torch.profiler over repeated steps, for ours and SDPA cuDNN, eager and captured in a CUDA graph:
-where a short step's time goes.
+where a short step's time goes. Kernels launched dependent (programmatic dependent launch) start
+before the one they wait for ends, so their times overlap; the timeline (the last step's kernels,
+start and end from the step's first kernel start) shows where each one's time lies.
 
 python benchmarks/kvcache_kernels.py [--batches 1,8] [--lengths 1024,16384] [--impls ...] [--steps 50]
 """
@@ -17,8 +19,9 @@ IMPLS = ["flash_attn_cuda", "flash_attn_cuda@graph", "flash_attn_cuda_append@gra
 
 
 def kernel_times(fn, steps):
-    """{kernel name: (launches per step, GPU us per step)} over steps calls of fn, and the wall us
-    per step between the first launch and the last kernel's end."""
+    """{kernel name: (launches per step, GPU us per step)} over steps calls of fn, the wall us per
+    step between the first launch and the last kernel's end, and the last step's kernels as (start,
+    end, name), us from its first kernel's start."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -26,17 +29,16 @@ def kernel_times(fn, steps):
             fn()
         torch.cuda.synchronize()
     totals = defaultdict(lambda: [0, 0.0])
-    first, last = None, None
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        totals[event.name][0] += 1
-        totals[event.name][1] += event.device_time
-        start, end = event.time_range.start, event.time_range.end
-        first = start if first is None else min(first, start)
-        last = end if last is None else max(last, end)
-    span = (last - first) / steps if first is not None else 0.0
-    return {name: (count / steps, us / steps) for name, (count, us) in totals.items()}, span
+    kernels = sorted(((event.time_range.start, event.time_range.end, event.name) for event in prof.events()
+                      if event.device_type == torch.autograd.DeviceType.CUDA))
+    for start, end, name in kernels:
+        totals[name][0] += 1
+        totals[name][1] += end - start
+    span = (kernels[-1][1] - kernels[0][0]) / steps if kernels else 0.0
+    per_step = len(kernels) // steps if kernels else 0
+    last_step = kernels[len(kernels) - per_step:]
+    timeline = [(start - last_step[0][0], end - last_step[0][0], name) for start, end, name in last_step]
+    return {name: (count / steps, us / steps) for name, (count, us) in totals.items()}, span, timeline
 
 
 def main():
@@ -50,11 +52,14 @@ def main():
         for cache_len in (int(n) for n in args.lengths.split(",")):
             x = make_inputs(batch, cache_len, torch.bfloat16)
             for impl in args.impls.split(","):
-                times, span = kernel_times(call(impl, x, cache_len), args.steps)
+                times, span, timeline = kernel_times(call(impl, x, cache_len), args.steps)
                 busy = sum(us for _, us in times.values())
                 print(f"batch {batch} cache {cache_len} {impl}: {span:.1f} us per step, kernels {busy:.1f} us")
                 for name, (count, us) in sorted(times.items(), key=lambda item: -item[1][1]):
                     print(f"    {us:8.2f} us  x{count:4.1f}  {name[:110]}")
+                print("    last step (us from its first kernel's start):")
+                for start, end, name in timeline:
+                    print(f"    {start:6.1f} -> {end:6.1f}  {name[:100]}")
             del x
 
 

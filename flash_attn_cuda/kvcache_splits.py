@@ -2,7 +2,8 @@
 cost model of the Hopper forward's persistent grid rates fastest. Fitted to run 388's sweep
 (benchmarks/kvcache_splits.py, H200, d=64 and 128, GQA and not; benchmarks/NOTES.md); on the sweeps
 of runs 389 and 391, not fitted to, its picks take 1.1-1.6% more time than the fastest count on
-average (10-16% at worst), against 7-11% (34-85%) for the rule it replaced (run 383).
+average (10-16% at worst), against 7-11% (34-85%) for the rule it replaced (run 383). The merge's
+cost refitted to run 394's sweep, once the merge started under the forward (dependent launch).
 
 The model: the grid takes its tiles in static rounds of one tile per block (sm90/static_tiles.h), a
 tile per (sequence, head, row block) with the sequences in kvcache_layout's order (per batch, the
@@ -21,9 +22,10 @@ from flash_attn_cuda.kvcache_layout import chunk_length
 # slower than the model rates it where it takes several rounds (batch 32 at 4k keys: 176 us against
 # 157 for three chunks, runs 388-391).
 CANDIDATES = (1, 3, 4, 6, 8, 12, 16)
-# A tile's fixed time and the merge kernel's, as the time of that many keys through a tile.
+# A tile's fixed time and the merge kernel's, as the time of that many keys through a tile (the
+# merge's was 800 while it waited for the forward's end to launch).
 TILE_KEYS = 600
-MERGE_KEYS = 800
+MERGE_KEYS = 100
 # Query rows per tile (the forward's row block at d=128).
 ROW_BLOCK = 128
 

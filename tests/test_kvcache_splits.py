@@ -32,7 +32,8 @@ def test_empty_chunks_hold_no_tile_of_their_own():
 
 
 def test_auto_splits_splits_long_caches_of_small_batches_only():
-    assert auto_splits(1, 4, 8, 512, 132) == 1
+    assert auto_splits(1, 4, 8, 512, 132) == 4  # run 394: 11.0 us a step against 13.2 unsplit
+    assert auto_splits(32, 4, 8, 512, 132) == 1
     assert auto_splits(1, 4, 8, 16384, 132) >= 8
     assert auto_splits(4, 4, 8, 16384, 132) == 3  # 4 x 4 + 1 sequences x 8 heads: one round and a gap
     assert auto_splits(8, 4, 8, 1024, 132) == 1
