@@ -97,8 +97,11 @@ def flash_attn_with_kvcache(
         cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
                                                   tuple(facts["slots"]) if slotted else None, *sizes, q.device)
     else:
+        # The layout kernel copies the rows where a copy is due anyway: per chunk, or where the
+        # batches' rows are not one run of rows (a KV head's group of query heads, batch > 1).
+        copied = splits > 1 or not _one_run_of_rows(rows)
         cu_q, cu_k, packed_q = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device,
-                                              rows if splits > 1 else None)
+                                              rows if copied else None)
         order = inverse = None
     if order is not None:
         rows = rows.index_select(0, order)
@@ -120,7 +123,9 @@ def flash_attn_with_kvcache(
                                  softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap,
                                  alibi_slopes=alibi_slopes, deterministic=False, return_attn_probs=True,
                                  check_cu_seqlens=False)
-    if splits > 1:
+    if splits > 1 or swap:
+        # Unsplit, the merge is the copy that puts a KV head's query heads back in their order
+        # (weights of 1, exact), which starts under the forward where a torch copy would wait for it.
         out, lse = merge_splits(out, lse, batch, splits, heads_outer=swap)
     out = out.reshape(batch, *rows.shape[1:])
     lse = lse.reshape(lse.shape[0], batch, rows.shape[1])
@@ -383,6 +388,11 @@ def _device_layout(cache_seqlens, cache_leftpad, capacity, batch, seqlen_new, ro
     slots = torch.arange(batch, device=device)
     return (*sequence_offsets(slots * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits, total_rows),
             None)
+
+
+def _one_run_of_rows(rows):
+    """Whether rows (batch, rows, nheads, d) flatten to (batch * rows, nheads, d) without a copy."""
+    return rows.shape[0] == 1 or rows.shape[1] == 1 or rows.stride(0) == rows.shape[1] * rows.stride(1)
 
 
 def _rows_of(k_cache, v_cache):

@@ -324,6 +324,22 @@ def test_merge_kernel_matches_torch_and_its_fake(heads_outer, head_dim):
 
 @pytest.mark.gpu
 @requires_gpu
+def test_unsplit_merge_is_an_exact_copy():
+    """With one chunk the merge puts a KV head's query heads back in their order: every weight 1,
+    so out and lse come back bitwise (rows without keys: out 0, lse +inf, as the forward gives)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    batch, rows, nheads, head_dim = 3, 4, 2, 128
+    out = torch.randn(batch * rows, nheads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lse = torch.randn(nheads, batch * rows, device="cuda", generator=gen)
+    lse[:, 5] = float("inf")
+    out[5] = 0
+    merged, merged_lse = merge_splits(out, lse, batch, 1, heads_outer=True)
+    assert torch.equal(merged, out.reshape(batch, rows, nheads, head_dim))
+    assert torch.equal(merged_lse, lse)
+
+
+@pytest.mark.gpu
+@requires_gpu
 def test_decode_under_cuda_graph_replay():
     """Captured once, replayed after the lengths move on: the cache grows by the new row each time
     and the output follows the new lengths (no host check runs under capture)."""
