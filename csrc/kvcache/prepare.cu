@@ -13,7 +13,7 @@ namespace flash::kvcache {
 
 namespace {
 
-constexpr int kLayoutThreads = 1024;
+constexpr int kLayoutThreads = 256;
 constexpr int kAppendThreads = 256;
 constexpr int kMergeWarps = 4;
 constexpr int kMergeBatch = 16;  // chunks whose loads a merge issues together
@@ -40,42 +40,38 @@ __device__ void pack_query_rows(const LayoutParams &p) {
     }
 }
 
-// The first block: each thread places its batches, then the block makes the key offsets
-// non-decreasing with a running max. The forward's descriptors kernel may start meanwhile.
+// Entry i of (cu_seqlens_q, cu_seqlens_k), the key offset before the running max: batch b's gap
+// starts at its slot's row `first`, its chunk c ends c chunks later (at most at its last key).
+__device__ int2 layout_entry(const LayoutParams &p, int i, int count) {
+    if (i == 0) {
+        return {0, 0};
+    }
+    if (i == count - 1) {
+        return {p.batch * p.splits * p.rows, p.total_rows};
+    }
+    const int b = (i - 1) / (p.splits + 1), c = (i - 1) % (p.splits + 1);
+    const int length = clamp_to(p.seqlens ? p.seqlens[b] : p.default_seqlen, 0, p.capacity - p.seqlen_new);
+    const int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
+    const int keys = length + p.seqlen_new - start;
+    int chunk = (keys + p.splits - 1) / p.splits;
+    if (p.splits > 1) {
+        chunk = (chunk + p.split_align - 1) / p.split_align * p.split_align;
+    }
+    const int64_t first = int64_t(b) * p.rows_per_slot + start;
+    return {(b * p.splits + c) * p.rows, clamp_to(first + min(c * chunk, keys), 0, p.total_rows)};
+}
+
+// The first block: each thread computes its entries and the block makes the key offsets
+// non-decreasing with a running max, kLayoutThreads entries at a time, in registers (the offsets
+// of a decode step are one round trip to memory: its lengths). The forward's descriptors kernel
+// may start meanwhile.
 __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) {
     flash::allow_next_grid();
     if (blockIdx.x > 0) {
         pack_query_rows(p);
         return;
     }
-    const int per_batch = p.splits + 1;
-    const int count = p.batch * per_batch + 2;
-    for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
-        const int length = clamp_to(p.seqlens ? p.seqlens[b] : p.default_seqlen, 0, p.capacity - p.seqlen_new);
-        const int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
-        const int keys = length + p.seqlen_new - start;
-        int chunk = (keys + p.splits - 1) / p.splits;
-        if (p.splits > 1) {
-            chunk = (chunk + p.split_align - 1) / p.split_align * p.split_align;
-        }
-        const int64_t first = int64_t(b) * p.rows_per_slot + start;
-        int *cu_k = p.cu_seqlens_k + 1 + b * per_batch;
-        int *cu_q = p.cu_seqlens_q + 1 + b * per_batch;
-        const int q_first = b * p.splits * p.rows;
-        cu_k[0] = clamp_to(first, 0, p.total_rows);
-        cu_q[0] = q_first;
-        for (int c = 0; c < p.splits; ++c) {
-            cu_k[c + 1] = clamp_to(first + min((c + 1) * chunk, keys), 0, p.total_rows);
-            cu_q[c + 1] = q_first + (c + 1) * p.rows;
-        }
-    }
-    if (threadIdx.x == 0) {
-        p.cu_seqlens_k[0] = 0;
-        p.cu_seqlens_k[count - 1] = p.total_rows;
-        p.cu_seqlens_q[0] = 0;
-        p.cu_seqlens_q[count - 1] = p.batch * p.splits * p.rows;
-    }
-    __syncthreads();
+    const int count = p.batch * (p.splits + 1) + 2;
     using Scan = cub::BlockScan<int, kLayoutThreads>;
     __shared__ typename Scan::TempStorage scan_storage;
     __shared__ int carry;
@@ -84,15 +80,17 @@ __global__ void __launch_bounds__(kLayoutThreads) layout_kernel(LayoutParams p) 
     }
     for (int base = 0; base < count; base += kLayoutThreads) {
         const int i = base + threadIdx.x;
-        int value = i < count ? p.cu_seqlens_k[i] : 0;
+        const int2 entry = i < count ? layout_entry(p, i, count) : int2{0, 0};
         __syncthreads();  // carry written
-        Scan(scan_storage).InclusiveScan(max(value, carry), value, Maximum{});
+        int key;
+        Scan(scan_storage).InclusiveScan(max(entry.y, carry), key, Maximum{});
         if (i < count) {
-            p.cu_seqlens_k[i] = value;
+            p.cu_seqlens_q[i] = entry.x;
+            p.cu_seqlens_k[i] = key;
         }
         __syncthreads();
         if (threadIdx.x == kLayoutThreads - 1) {
-            carry = value;
+            carry = key;
         }
     }
 }
