@@ -415,5 +415,10 @@ def _splits(num_splits, rows, longest, causal, window, alibi_slopes):
     if not rows.is_cuda:
         return 1
     batch, seqlen, nheads = rows.shape[:3]
-    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count
-    return auto_splits(batch, seqlen, nheads, longest, sms)
+    return auto_splits(batch, seqlen, nheads, longest, _sm_count(rows.device.index))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index):
+    """The device's SM count, read once (torch's query costs a few microseconds a call)."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count

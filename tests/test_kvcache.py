@@ -303,13 +303,14 @@ def test_split_chunks_reach_the_family_of_their_problem(kernel_family, monkeypat
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("heads_outer", [False, True])
-@pytest.mark.parametrize("head_dim", [40, 256])
-def test_merge_kernel_matches_torch_and_its_fake(heads_outer, head_dim):
-    """Split-KV's merge kernel against the torch merge (chunks without keys among them), its
-    layout (heads_outer: the transpose of the merged rows and heads is contiguous), and
-    torch.library.opcheck of the op against its fake."""
-    gen = torch.Generator(device="cuda").manual_seed(head_dim)
-    batch, splits, rows, nheads = 2, 11, 3, 5
+@pytest.mark.parametrize("head_dim", [40, 100, 256])
+@pytest.mark.parametrize("splits", [11, 20])
+def test_merge_kernel_matches_torch_and_its_fake(heads_outer, head_dim, splits):
+    """Split-KV's merge kernel against the torch merge (chunks without keys among them; more
+    chunks than the kernel loads at once), its layout (heads_outer: the transpose of the merged
+    rows and heads is contiguous), and torch.library.opcheck of the op against its fake."""
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + splits)
+    batch, rows, nheads = 2, 3, 5
     out = torch.randn(batch * splits * rows, nheads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
     lse = torch.randn(nheads, batch * splits * rows, device="cuda", generator=gen)
     lse[:, rows : 3 * rows] = float("inf")
