@@ -68,7 +68,7 @@ def _(k_cache, v_cache, k, v, q, seqlens, slots, block_table, cos, sin, *flags):
 
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_merge")
-def _(out, lse, batch, splits, heads_outer):
+def _(out, lse, batch, splits, heads_outer, alibi_slopes, cu_seqlens_k):
     rows, (nheads, d) = out.shape[0] // (batch * splits), out.shape[1:]
     merged = out.new_empty((batch, nheads, rows, d) if heads_outer else (batch, rows, nheads, d))
     return merged.transpose(1, 2) if heads_outer else merged, lse.new_empty((nheads, batch * rows))

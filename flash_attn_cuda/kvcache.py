@@ -107,10 +107,12 @@ def flash_attn_with_kvcache(
         rows = rows.index_select(0, order)
         if alibi_slopes is not None and alibi_slopes.dim() == 2:
             alibi_slopes = alibi_slopes.index_select(0, order)
+    merge_alibi = None if alibi_slopes is None or splits == 1 else (alibi_slopes, cu_k)
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         # A slope row per sequence: none for those without query rows.
-        alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), alibi_slopes[:, None]), 1)
-        alibi_slopes = torch.cat((alibi_slopes.reshape(2 * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
+        per_chunk = alibi_slopes[:, None].expand(batch, splits, nheads)
+        alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), per_chunk), 1)
+        alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
     if packed_q is None:
         packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
         if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
@@ -126,7 +128,7 @@ def flash_attn_with_kvcache(
     if splits > 1 or swap:
         # Unsplit, the merge is the copy that puts a KV head's query heads back in their order
         # (weights of 1, exact), which starts under the forward where a torch copy would wait for it.
-        out, lse = merge_splits(out, lse, batch, splits, heads_outer=swap)
+        out, lse = merge_splits(out, lse, batch, splits, heads_outer=swap, alibi=merge_alibi)
     out = out.reshape(batch, *rows.shape[1:])
     lse = lse.reshape(lse.shape[0], batch, rows.shape[1])
     if inverse is not None:
@@ -407,8 +409,10 @@ def _rows_of(k_cache, v_cache):
 def _splits(num_splits, rows, longest, causal, window, alibi_slopes):
     """How many chunks split-KV cuts each batch's keys into. A chunk sees all of its batch's query
     rows, so only problems whose rows all see every key split (no causal mask over several rows,
-    window or ALiBi, whose offsets a chunk would shift). num_splits=0: kvcache_splits' model."""
-    if causal or window != (-1, -1) or alibi_slopes is not None or num_splits == 1:
+    no window, whose offsets a chunk would shift). ALiBi splits with one query row: a chunk's
+    biases are then the sequence's plus a constant (the slope times the keys after the chunk),
+    which the merge takes off the chunk's lse. num_splits=0: kvcache_splits' model."""
+    if causal or window != (-1, -1) or (alibi_slopes is not None and rows.shape[1] > 1) or num_splits == 1:
         return 1
     if num_splits > 1:
         return min(num_splits, MAX_SPLITS)

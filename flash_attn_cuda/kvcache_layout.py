@@ -62,17 +62,28 @@ def sequence_offsets(key_starts, key_lengths, rows_per_batch, splits, total_rows
     return cu_q.to(torch.int32), cu_k.to(torch.int32)
 
 
-def merge_splits(out, lse, batch, splits, heads_outer=False):
+def merge_splits(out, lse, batch, splits, heads_outer=False, alibi=None):
     """out (batch * splits * rows, nheads, d) and lse (nheads, batch * splits * rows) of the chunks
     (lse +inf where a chunk has no key for the row) -> out (batch, rows, nheads, d) in out's dtype
     and lse (nheads, batch * rows), +inf where no chunk has a key: in one launch on the GPU
     (csrc/kvcache), with torch on the CPU. heads_outer: the GPU lays out the merged out as (batch,
-    nheads, rows, d) in memory (its transpose(1, 2) is then contiguous)."""
+    nheads, rows, d) in memory (its transpose(1, 2) is then contiguous). alibi: (slopes (nheads,)
+    or (batch, nheads), cu_seqlens_k of the layout) where the chunks' rows (one per sequence) had
+    ALiBi relative to their chunk's last key: chunk c's lse is shifted by -slope * (the batch's keys
+    after chunk c) first."""
     if out.is_cuda:
-        return _extension.ops().kvcache_merge(out, lse.contiguous(), batch, splits, heads_outer)
+        slopes, cu_k = (None, None) if alibi is None else (alibi[0].contiguous(), alibi[1].contiguous())
+        return _extension.ops().kvcache_merge(out, lse.contiguous(), batch, splits, heads_outer, slopes, cu_k)
     nheads, rows = lse.shape[0], lse.shape[1] // (batch * splits)
     chunk_out = out.reshape(batch, splits, rows, *out.shape[1:])
     chunk_lse = lse.reshape(nheads, batch, splits, rows)
+    if alibi is not None:
+        slopes, cu_k = alibi
+        base = 1 + (splits + 1) * torch.arange(batch)
+        ends = cu_k.long()[base[:, None] + torch.arange(1, splits + 1)]  # (batch, splits)
+        after = ends[:, -1:] - ends
+        slopes = slopes.expand(batch, nheads) if slopes.dim() == 1 else slopes
+        chunk_lse = chunk_lse - (slopes.T[:, :, None] * after[None]).to(chunk_lse.dtype)[..., None]
     chunk_lse = chunk_lse.masked_fill(chunk_lse == float("inf"), float("-inf"))
     total = torch.logsumexp(chunk_lse, dim=2)  # (nheads, batch, rows)
     weights = torch.exp(chunk_lse - total[:, :, None]).nan_to_num(0.0)  # 0 for rows with no key at all

@@ -8,7 +8,7 @@ import torch
 from conftest import assert_lse_within, assert_within_rule, dtype_id, poison_allocator, requires_gpu, skip_unbuilt
 from flash_attn_cuda import _extension, flash_attn_with_kvcache
 from flash_attn_cuda import kvcache as kvcache_module
-from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits
+from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits, sequence_offsets
 from flash_attn_cuda.reference import attention_ref
 
 
@@ -158,6 +158,9 @@ CASES = {
     "decode_gqa_rotary_paged": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, nheads=8, nheads_k=2, rotary=16,
                                     page=64),
     "decode_split": dict(cache_seqlens=[1, 270, 297], seqlen_q=1, num_splits=3),
+    "decode_alibi_split": dict(cache_seqlens=[1, 270, 297], seqlen_q=1, alibi=(4,), num_splits=3),
+    "decode_alibi_per_batch_split": dict(cache_seqlens=[0, 270, 297], seqlen_q=1, nheads_k=2, alibi=(3, 4),
+                                         num_splits=4, cache_batch_idx=[2, 0, 1], cache_leftpad=[0, 3, 130]),
     "split_rows": dict(cache_seqlens=[0, 270, 297], seqlen_q=5, num_splits=4, nheads_k=4),
     "split_sequence_without_keys": dict(cache_seqlens=[0, 200, 290], seqlen_new=0, seqlen_q=1, num_splits=2),
     "no_new_keys": dict(cache_seqlens=[10, 0, 300], seqlen_new=0),
@@ -320,7 +323,31 @@ def test_merge_kernel_matches_torch_and_its_fake(heads_outer, head_dim, splits):
     assert merged.transpose(1, 2).is_contiguous() == heads_outer
     torch.testing.assert_close(merged.cpu().double(), expected, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(merged_lse.cpu().double(), expected_lse, rtol=1e-6, atol=1e-5)
-    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_merge.default, (out, lse, batch, splits, heads_outer))
+    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_merge.default,
+                          (out, lse, batch, splits, heads_outer, None, None))
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_merge_kernel_shifts_alibi_chunks(per_batch):
+    """With ALiBi the merge shifts each chunk's lse by -slope * (the batch's keys after the chunk),
+    read from the layout's cu_seqlens_k: the kernel against the torch merge, and the op's fake."""
+    gen = torch.Generator().manual_seed(int(per_batch))
+    batch, splits, rows, nheads, head_dim = 3, 5, 1, 4, 64
+    key_lengths = torch.tensor([1, 700, 1300])
+    cu_q, cu_k = sequence_offsets(torch.tensor([0, 2000, 4000]), key_lengths, rows, splits, 6000)
+    out = torch.randn(batch * splits * rows, nheads, head_dim, generator=gen).to(torch.bfloat16)
+    lse = torch.randn(nheads, batch * splits * rows, generator=gen)
+    chunk_keys = cu_k[1:-1].reshape(batch, splits + 1).diff(dim=1)  # (batch, splits)
+    lse[:, (chunk_keys.flatten() == 0).repeat_interleave(rows)] = float("inf")
+    slopes = torch.rand((batch, nheads) if per_batch else (nheads,), generator=gen)
+    merged, merged_lse = merge_splits(out.cuda(), lse.cuda(), batch, splits, alibi=(slopes.cuda(), cu_k.cuda()))
+    expected, expected_lse = merge_splits(out.double(), lse.double(), batch, splits, alibi=(slopes.double(), cu_k))
+    torch.testing.assert_close(merged.cpu().double(), expected, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(merged_lse.cpu().double(), expected_lse, rtol=1e-6, atol=1e-4)
+    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_merge.default,
+                          (out.cuda(), lse.cuda(), batch, splits, False, slopes.cuda(), cu_k.cuda()))
 
 
 @pytest.mark.gpu

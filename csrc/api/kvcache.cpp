@@ -167,8 +167,10 @@ Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor
 
 // merged is (batch, rows, nheads, d); heads_outer lays it out as (batch, nheads, rows, d) in memory,
 // which is the query heads' order when the rows are a KV head's group of query heads.
+// alibi_slopes and cu_seqlens_k (both or neither): merge_splits' alibi (kvcache_layout.py).
 std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, int64_t batch, int64_t splits,
-                                         bool heads_outer) {
+                                         bool heads_outer, const OptionalTensor &alibi_slopes,
+                                         const OptionalTensor &cu_seqlens_k) {
     TORCH_CHECK_VALUE(out.is_cuda() && out.dim() == 3 && out.stride(2) == 1 && lse.scalar_type() == at::kFloat &&
                           lse.dim() == 2 && lse.is_contiguous() && lse.size(0) == out.size(1) &&
                           lse.size(1) == out.size(0) && batch > 0 && splits > 0 && splits <= flash::kvcache::kMaxMergeSplits &&
@@ -185,6 +187,19 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
     p.out_row_stride = out.stride(0);
     p.out_head_stride = out.stride(1);
     p.lse = lse.data_ptr<float>();
+    TORCH_CHECK_VALUE(alibi_slopes.has_value() == cu_seqlens_k.has_value(),
+                      "kvcache_merge: alibi_slopes and cu_seqlens_k go together");
+    if (alibi_slopes.has_value()) {
+        const int64_t nheads = out.size(1);
+        TORCH_CHECK_VALUE(alibi_slopes->scalar_type() == at::kFloat && alibi_slopes->is_contiguous() &&
+                              alibi_slopes->device() == out.device() &&
+                              (alibi_slopes->sizes() == at::IntArrayRef{nheads} ||
+                               alibi_slopes->sizes() == at::IntArrayRef{batch, nheads}),
+                          "kvcache_merge: alibi_slopes must be contiguous float32 (nheads,) or (batch, nheads)");
+        p.alibi_slopes = alibi_slopes->data_ptr<float>();
+        p.alibi_batch_stride = alibi_slopes->dim() == 2 ? nheads : 0;
+        p.cu_seqlens_k = index_data(cu_seqlens_k, batch * (splits + 1) + 2, out.device(), "cu_seqlens_k");
+    }
     p.merged = merged.data_ptr();
     p.merged_batch_stride = merged.stride(0);
     p.merged_row_stride = merged.stride(1);
@@ -211,8 +226,8 @@ TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def("kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor q, Tensor seqlens, "
           "Tensor? slots, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, bool q_per_row, "
           "int capacity) -> Tensor q_rotated");
-    m.def("kvcache_merge(Tensor out, Tensor lse, int batch, int splits, bool heads_outer) "
-          "-> (Tensor merged, Tensor merged_lse)");
+    m.def("kvcache_merge(Tensor out, Tensor lse, int batch, int splits, bool heads_outer, Tensor? alibi_slopes, "
+          "Tensor? cu_seqlens_k) -> (Tensor merged, Tensor merged_lse)");
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cuda, CUDA, m) {

@@ -194,7 +194,12 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(MergeParams p) 
         }
     };
     // A chunk whose rows saw no key has lse +inf (and an output of zeros): weight 0.
-    const float l = lane < p.splits ? p.lse[lse_row + int64_t(lane) * p.rows] : INFINITY;
+    float l = lane < p.splits ? p.lse[lse_row + int64_t(lane) * p.rows] : INFINITY;
+    if (p.alibi_slopes != nullptr && lane < p.splits) {
+        const int *chunk_ends = p.cu_seqlens_k + 1 + int64_t(b) * (p.splits + 1) + 1;
+        const float slope = p.alibi_slopes[b * p.alibi_batch_stride + head];
+        l -= slope * float(chunk_ends[p.splits - 1] - chunk_ends[lane]);
+    }
     load_chunks(0);
     float top = l == INFINITY ? -INFINITY : l;
     for (int offset = 16; offset > 0; offset /= 2) {

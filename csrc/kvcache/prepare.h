@@ -73,10 +73,15 @@ constexpr int kMaxMergeHeadDim = 256;
 // Split-KV's merge: out (batch * splits * rows, nheads, head_dim) and lse (nheads, batch * splits *
 // rows) of the chunks (lse +inf where a chunk has no key for the row) -> merged (batch, rows, nheads,
 // head_dim) at its strides and merged_lse (nheads, batch * rows), +inf where no chunk has a key.
+// With alibi_slopes, chunk c's lse is first shifted by -slope * (the batch's keys after chunk c,
+// from cu_seqlens_k of the layout): its rows saw ALiBi relative to the chunk's last key.
 struct MergeParams {
     const void *out;
     int64_t out_row_stride, out_head_stride;
     const float *lse;
+    const float *alibi_slopes;  // (nheads,) or (batch, nheads) at alibi_batch_stride; or null
+    int64_t alibi_batch_stride;
+    const int *cu_seqlens_k;  // (batch * (splits + 1) + 2,) with alibi_slopes
     void *merged;
     int64_t merged_batch_stride, merged_row_stride, merged_head_stride;
     float *merged_lse;
