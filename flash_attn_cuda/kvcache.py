@@ -112,7 +112,8 @@ def flash_attn_with_kvcache(
         # A slope row per sequence: none for those without query rows.
         per_chunk = alibi_slopes[:, None].expand(batch, splits, nheads)
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), per_chunk), 1)
-        alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads), alibi_slopes.new_zeros(1, nheads)))
+        alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads),
+                                  alibi_slopes.new_zeros(1, nheads)))
     if packed_q is None:
         packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
         if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
