@@ -214,8 +214,9 @@ for family in ("sm80", "sm90"):
                                     cache_batch_idx=slots, num_splits=3)
         graph.replay()
     # The layout kernel that a capture runs, with the chunks' query rows (a KV head's query heads).
-    kvcache_module._device_layout(seqlens, leftpad, 700, 3, 1, 700, 4, 3, 4 * 700, torch.device("cuda"),
-                                  q.reshape(3, 2, 4, head_dim).transpose(1, 2))
+    kvcache_module._device_layout(seqlens, leftpad, capacity=700, batch=3, seqlen_new=1, rows_per_slot=700, rows=4,
+                                  splits=3, total_rows=4 * 700, device=torch.device("cuda"),
+                                  q_rows=q.reshape(3, 2, 4, head_dim).transpose(1, 2))
     # One row per KV head of a batch of one, every chunk seeing it (copied from a broadcast view).
     flash_attn_with_kvcache(q[:1, :, :2], k_cache[:1], v_cache[:1], cache_seqlens=seqlens[1:2], num_splits=4)
     flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,

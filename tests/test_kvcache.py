@@ -336,7 +336,7 @@ def test_merge_kernel_shifts_alibi_chunks(per_batch):
     gen = torch.Generator().manual_seed(int(per_batch))
     batch, splits, rows, nheads, head_dim = 3, 5, 1, 4, 64
     key_lengths = torch.tensor([1, 700, 1300])
-    cu_q, cu_k = sequence_offsets(torch.tensor([0, 2000, 4000]), key_lengths, rows, splits, 6000)
+    _, cu_k = sequence_offsets(torch.tensor([0, 2000, 4000]), key_lengths, rows, splits, 6000)
     out = torch.randn(batch * splits * rows, nheads, head_dim, generator=gen).to(torch.bfloat16)
     lse = torch.randn(nheads, batch * splits * rows, generator=gen)
     chunk_keys = cu_k[1:-1].reshape(batch, splits + 1).diff(dim=1)  # (batch, splits)
