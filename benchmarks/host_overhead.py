@@ -33,6 +33,15 @@ def per_call_us(fn, calls=200):
     return 1e6 * (issued - start) / calls, 1e6 * (done - start) / calls
 
 
+def profile_table(fn, calls, activities, rows):
+    """torch.profiler's table of calls calls of fn, by self CPU time."""
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60)
+
+
 def layer_calls(q, k, v, causal):
     """(name, no-argument call) for each layer of one forward and one backward, ours and SDPA
     flash's, each layer adding one wrapper to the one above it."""
@@ -86,11 +95,7 @@ def main():
             print(f"{impl:16s} {direction:8s} host {host:7.1f} us/call, wall {wall:7.1f} us/call")
         if args.profile:
             fn = benchmark_attn.make_call(impl, q, k, v, args.causal, "fwd_bwd")
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                for _ in range(50):
-                    fn()
-                torch.cuda.synchronize()
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+            print(profile_table(fn, 50, [torch.profiler.ProfilerActivity.CPU], 15))
 
 
 if __name__ == "__main__":

@@ -72,3 +72,10 @@ def _(out, lse, batch, splits, heads_outer, alibi_slopes, cu_seqlens_k):
     rows, (nheads, d) = out.shape[0] // (batch * splits), out.shape[1:]
     merged = out.new_empty((batch, nheads, rows, d) if heads_outer else (batch, rows, nheads, d))
     return merged.transpose(1, 2) if heads_outer else merged, lse.new_empty((nheads, batch * rows))
+
+
+@torch.library.register_fake("flash_attn_cuda::kvcache_attention")
+def _(q, packed_q, keys, values, cu_seqlens_q, cu_seqlens_k, order, inverse, merge_slopes, splits, grouped, return_lse,
+      *options):
+    batch, seqlen_q, nheads, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q) if return_lse else (0,), dtype=torch.float32)

@@ -6,8 +6,10 @@ import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from flash_attn_cuda.checks import check_head_dim
+from flash_attn_cuda.head_dims import kernel_head_dim
 from flash_attn_cuda.interface import _attention
 from flash_attn_cuda import _extension
 from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits, rows_view, sequence_offsets
@@ -85,13 +87,13 @@ def flash_attn_with_kvcache(
     keys, values, rows_per_slot = _rows_of(k_cache, v_cache)
 
     # Decoding with GQA: each KV head's group of query heads becomes its rows (one tile per KV head).
-    groups = nheads // k_cache.shape[2]
-    swap = seqlen_q == 1 and groups > 1 and window == (-1, -1) and alibi_slopes is None
-    rows = q.reshape(batch, k_cache.shape[2], groups, head_dim).transpose(1, 2) if swap else q
-    causal = causal and rows.shape[1] > 1 and not swap
-    splits = _splits(num_splits, rows, capacity if facts["longest"] is None else facts["longest"], causal, window,
-                     alibi_slopes)
-    sizes = (seqlen_new, rows_per_slot, rows.shape[1], splits, keys.shape[0])
+    nheads_k = k_cache.shape[2]
+    grouped = seqlen_q == 1 and nheads > nheads_k and window == (-1, -1) and alibi_slopes is None
+    row_count, row_heads = (nheads // nheads_k, nheads_k) if grouped else (seqlen_q, nheads)
+    causal = causal and row_count > 1 and not grouped
+    splits = _splits(num_splits, batch, row_count, row_heads, q.device,
+                     capacity if facts["longest"] is None else facts["longest"], causal, window, alibi_slopes)
+    sizes = (seqlen_new, rows_per_slot, row_count, splits, keys.shape[0])
     packed_q = None
     if "lengths" in facts:
         cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
@@ -99,21 +101,63 @@ def flash_attn_with_kvcache(
     else:
         # The layout kernel copies the rows where a copy is due anyway: per chunk, or where the
         # batches' rows are not one run of rows (a KV head's group of query heads, batch > 1).
+        rows = _query_rows(q, grouped, nheads_k)
         copied = splits > 1 or not _one_run_of_rows(rows)
         cu_q, cu_k, packed_q = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device,
                                               rows if copied else None)
         order = inverse = None
-    if order is not None:
-        rows = rows.index_select(0, order)
-        if alibi_slopes is not None and alibi_slopes.dim() == 2:
-            alibi_slopes = alibi_slopes.index_select(0, order)
-    merge_alibi = None if alibi_slopes is None or splits == 1 else (alibi_slopes, cu_k)
+    if order is not None and alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_slopes = alibi_slopes.index_select(0, order)
+    merge_slopes = None if alibi_slopes is None or splits == 1 else alibi_slopes
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         # A slope row per sequence: none for those without query rows.
         per_chunk = alibi_slopes[:, None].expand(batch, splits, nheads)
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), per_chunk), 1)
         alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads),
                                   alibi_slopes.new_zeros(1, nheads)))
+    chunks = dict(packed_q=packed_q, keys=keys, values=values, cu_q=cu_q, cu_k=cu_k, order=order, inverse=inverse,
+                  merge_slopes=merge_slopes, splits=splits, grouped=grouped)
+    options = dict(max_seqlen_q=row_count, max_seqlen_k=capacity, softmax_scale=softmax_scale, causal=causal,
+                   window_size=window, softcap=softcap, alibi_slopes=alibi_slopes)
+    out, lse = (_chunks_attention if q.is_cuda else _chunks_attention_torch)(q, chunks, options, return_softmax_lse)
+    return (out, lse) if return_softmax_lse else out
+
+
+def _chunks_attention(q, chunks, options, return_lse):
+    """The attention of q (batch, seqlen_q, nheads, d) over the cache laid out as sequences of
+    chunks (`chunks`: as _chunks_attention_torch takes them), in one op (csrc/api/kvcache_attention.cpp):
+    the query rows per chunk, the forward, split-KV's merge and the outputs' shapes, each of which
+    costs a few microseconds of host time as a torch call from Python. Returns out (batch,
+    seqlen_q, nheads, d) and, with return_lse, softmax_lse (batch, nheads, seqlen_q)."""
+    head_dim = q.shape[-1]
+    softmax_scale = options["softmax_scale"]
+    softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    padding = kernel_head_dim(head_dim) - head_dim
+    packed_q, keys, values = chunks["packed_q"], chunks["keys"], chunks["values"]
+    if padding:
+        q, packed_q, keys, values = (None if t is None else F.pad(t, (0, padding)) for t in (q, packed_q, keys, values))
+    window_left, window_right = options["window_size"]
+    out, lse = _extension.ops().kvcache_attention(
+        q, packed_q, keys, values, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
+        chunks["merge_slopes"], chunks["splits"], chunks["grouped"], return_lse, options["max_seqlen_q"],
+        options["max_seqlen_k"], softmax_scale, options["causal"], window_left, window_right,
+        float(options["softcap"]), options["alibi_slopes"], False, 0.0, False)
+    return (out[..., :head_dim] if padding else out), lse
+
+
+def _chunks_attention_torch(q, chunks, options, return_lse):
+    """What the op of _chunks_attention computes, in torch (on the CPU, around the forward
+    `_attention`). chunks: packed_q (batch * splits * rows, row heads, d) or None (then q's rows
+    repeated per chunk), the cache's keys and values as rows, the layout's cu_q and cu_k, order
+    (the batches' order in the layout) and inverse or None, merge_slopes (ALiBi slopes whose
+    chunks the merge shifts, or None), splits, grouped (the rows are each KV head's group of query
+    heads)."""
+    batch, seqlen_q, nheads, head_dim = q.shape
+    keys, splits, grouped = chunks["keys"], chunks["splits"], chunks["grouped"]
+    rows = _query_rows(q, grouped, keys.shape[1])
+    if chunks["order"] is not None:
+        rows = rows.index_select(0, chunks["order"])
+    packed_q = chunks["packed_q"]
     if packed_q is None:
         packed_q = rows[:, None].expand(-1, splits, *rows.shape[1:]).reshape(-1, *rows.shape[2:])
         if packed_q.stride(0) == 0 and packed_q.shape[0] > 1:
@@ -121,25 +165,27 @@ def flash_attn_with_kvcache(
             # describe: the forward would fall back to the FA2 family (1.6-1.7x slower, runs 385-387).
             packed_q = packed_q.contiguous()
     with torch.no_grad():
-        out, lse, _ = _attention(q=packed_q, k=keys, v=values, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                 max_seqlen_q=rows.shape[1], max_seqlen_k=capacity, dropout_p=0.0,
-                                 softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap,
-                                 alibi_slopes=alibi_slopes, deterministic=False, return_attn_probs=True,
-                                 check_cu_seqlens=False)
-    if splits > 1 or swap:
-        # Unsplit, the merge is the copy that puts a KV head's query heads back in their order
-        # (weights of 1, exact), which starts under the forward where a torch copy would wait for it.
-        out, lse = merge_splits(out, lse, batch, splits, heads_outer=swap, alibi=merge_alibi)
+        out, lse, _ = _attention(q=packed_q, k=keys, v=chunks["values"], cu_seqlens_q=chunks["cu_q"],
+                                 cu_seqlens_k=chunks["cu_k"], dropout_p=0.0, deterministic=False,
+                                 return_attn_probs=True, check_cu_seqlens=False, **options)
+    if splits > 1 or grouped:
+        merge_alibi = None if chunks["merge_slopes"] is None else (chunks["merge_slopes"], chunks["cu_k"])
+        out, lse = merge_splits(out, lse, batch, splits, heads_outer=grouped, alibi=merge_alibi)
     out = out.reshape(batch, *rows.shape[1:])
     lse = lse.reshape(lse.shape[0], batch, rows.shape[1])
-    if inverse is not None:
-        out, lse = out.index_select(0, inverse), lse.index_select(1, inverse)
-    if swap:
+    if chunks["inverse"] is not None:
+        out, lse = out.index_select(0, chunks["inverse"]), lse.index_select(1, chunks["inverse"])
+    if grouped:
         out = out.transpose(1, 2).reshape(batch, 1, nheads, head_dim)
-    if not return_softmax_lse:
-        return out
     # lse (heads of the rows, batch, rows) -> (batch, nheads, seqlen_q)
-    return out, lse.permute(1, 0, 2).reshape(batch, nheads, seqlen_q)
+    return out, (lse.permute(1, 0, 2).contiguous().view(batch, nheads, seqlen_q) if return_lse else None)
+
+
+def _query_rows(q, grouped, nheads_k):
+    """q's rows per batch (batch, rows, row heads, d): grouped, one decoding row's query heads as
+    the rows of their KV head."""
+    batch, _, nheads, head_dim = q.shape
+    return q.reshape(batch, nheads_k, nheads // nheads_k, head_dim).transpose(1, 2) if grouped else q
 
 
 def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
@@ -254,7 +300,8 @@ def _checked_values(cache_seqlens, cache_leftpad, cache_batch_idx, block_table, 
         return {"distinct_slots": True, "longest": length + seqlen_new, "end": length + seqlen_new,
                 "lengths": [length] * shapes["batch"], "starts": [0] * shapes["batch"], "slots": None}
     key = (tuple(None if t.is_inference() else (t._version, t.data_ptr()) for t in given),
-           tuple(sorted(shapes.items())), cache_seqlens if isinstance(cache_seqlens, int) else None)
+           (capacity, seqlen_new, shapes["slots"], shapes["batch"]),
+           cache_seqlens if isinstance(cache_seqlens, int) else None)
     marks = getattr(given[0], "_flash_attn_cuda_kvcache_checked", None)
     if marks is not None and None not in key[0] and key in marks:
         return marks[key]
@@ -407,20 +454,20 @@ def _rows_of(k_cache, v_cache):
     return k_rows[0], v_rows[0], k_rows[1]
 
 
-def _splits(num_splits, rows, longest, causal, window, alibi_slopes):
-    """How many chunks split-KV cuts each batch's keys into. A chunk sees all of its batch's query
-    rows, so only problems whose rows all see every key split (no causal mask over several rows,
-    no window, whose offsets a chunk would shift). ALiBi splits with one query row: a chunk's
-    biases are then the sequence's plus a constant (the slope times the keys after the chunk),
-    which the merge takes off the chunk's lse. num_splits=0: kvcache_splits' model."""
-    if causal or window != (-1, -1) or (alibi_slopes is not None and rows.shape[1] > 1) or num_splits == 1:
+def _splits(num_splits, batch, rows, heads, device, longest, causal, window, alibi_slopes):
+    """How many chunks split-KV cuts each batch's keys into, for batch sequences of `rows` query
+    rows over `heads` heads. A chunk sees all of its batch's query rows, so only problems whose rows
+    all see every key split (no causal mask over several rows, no window, whose offsets a chunk
+    would shift). ALiBi splits with one query row: a chunk's biases are then the sequence's plus a
+    constant (the slope times the keys after the chunk), which the merge takes off the chunk's
+    lse. num_splits=0: kvcache_splits' model."""
+    if causal or window != (-1, -1) or (alibi_slopes is not None and rows > 1) or num_splits == 1:
         return 1
     if num_splits > 1:
         return min(num_splits, MAX_SPLITS)
-    if not rows.is_cuda:
+    if device.type != "cuda":
         return 1
-    batch, seqlen, nheads = rows.shape[:3]
-    return auto_splits(batch, seqlen, nheads, longest, _sm_count(rows.device.index))
+    return auto_splits(batch, rows, heads, longest, _sm_count(device.index))
 
 
 @functools.lru_cache(maxsize=None)

@@ -235,11 +235,16 @@ def test_cache_layout_matches_reference_on_cpu(name, layout, monkeypatch):
 
 @pytest.mark.gpu
 @requires_gpu
+@pytest.mark.parametrize("layout", ["host", "device"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_kvcache_matches_reference(name, dtype, head_dim):
+def test_kvcache_matches_reference(name, dtype, head_dim, layout, monkeypatch):
+    """Every case on the GPU, the offsets built on the host from the checked values or by the
+    layout kernel (which also packs the chunks' query rows), as under CUDA graph capture."""
     skip_unbuilt(head_dim, dtype)
+    if layout == "device":
+        monkeypatch.setattr(kvcache_module, "_checked_values", unchecked(kvcache_module._checked_values))
     q, k_cache, v_cache, k, v, kwargs = make_case(name, "cuda", dtype, seed=head_dim, head_dim=head_dim)
     poison_allocator()
     out, lse, (k_ours, v_ours), (out_ref, out_pt, lse_ref, k_ref, v_ref) = run_case(q, k_cache, v_cache, k, v,
@@ -250,6 +255,43 @@ def test_kvcache_matches_reference(name, dtype, head_dim):
     # The rotation rounds once to the dtype in both (float32 against float64 before rounding).
     torch.testing.assert_close(k_ours, k_ref, rtol=1e-2, atol=1e-2)
     assert torch.equal(v_ours, v_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("layout", ["host", "device"])
+@pytest.mark.parametrize("name", ["batch_idx", "decode_alibi_per_batch_split", "decode_gqa", "decode_split", "lengths",
+                                  "split_rows"])
+def test_chunks_op_is_its_torch_composition(name, layout, monkeypatch):
+    """The op kvcache_attention against _chunks_attention_torch, the torch calls it replaces (the
+    same forward and merge kernels, so bitwise), and torch.library.opcheck against its fake."""
+    skip_unbuilt(128, torch.bfloat16)
+    if layout == "device":
+        monkeypatch.setattr(kvcache_module, "_checked_values", unchecked(kvcache_module._checked_values))
+    calls = []
+    chunks_attention = kvcache_module._chunks_attention
+
+    def spy(*args):
+        calls.append(args)
+        return chunks_attention(*args)
+
+    monkeypatch.setattr(kvcache_module, "_chunks_attention", spy)
+    q, k_cache, v_cache, k, v, kwargs = make_case(name, "cuda", torch.bfloat16, head_dim=128)
+    flash_attn_with_kvcache(q, k_cache, v_cache, k, v, return_softmax_lse=True, **kwargs)
+    (q_rows, chunks, options, _), = calls
+    for return_lse in (True, False):
+        out, lse = chunks_attention(q_rows, chunks, options, return_lse)
+        out_torch, lse_torch = kvcache_module._chunks_attention_torch(q_rows, chunks, options, return_lse)
+        assert torch.equal(out, out_torch) and out.is_contiguous()
+        if return_lse:
+            assert torch.equal(lse, lse_torch)
+    window = options["window_size"]
+    torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_attention.default,
+                          (q_rows, chunks["packed_q"], chunks["keys"], chunks["values"], chunks["cu_q"], chunks["cu_k"],
+                           chunks["order"], chunks["inverse"], chunks["merge_slopes"], chunks["splits"],
+                           chunks["grouped"], True, options["max_seqlen_q"], options["max_seqlen_k"],
+                           128 ** -0.5, options["causal"], window[0], window[1], float(options["softcap"]),
+                           options["alibi_slopes"], False, 0.0, False))
 
 
 @pytest.mark.gpu
@@ -275,32 +317,27 @@ def test_long_decode_split_kv_matches_reference(num_splits):
 @requires_gpu
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("nheads_k", [8, 2])
-def test_split_chunks_reach_the_family_of_their_problem(kernel_family, monkeypatch, batch, nheads_k):
+def test_split_chunks_reach_the_family_of_their_problem(kernel_family, batch, nheads_k):
     """Every chunk of split-KV sees its batch's query rows. One decoding row per head (no GQA
     grouping) of a batch of one stayed a broadcast view (row stride 0), which the Hopper family
     cannot load through TMA, and such forwards fell back to the FA2 family; the forward the chunks
-    get must run on the family that serves a problem of that shape."""
+    get must run on the family that serves a problem of that shape (the kernels' names, from the
+    profiler, say which ran)."""
     skip_unbuilt(128, torch.bfloat16)
-    served = []
-    attention = kvcache_module._attention
-
-    def spy(**kwargs):
-        served.append(_extension.load().fwd_family(kwargs["q"], kwargs["k"], kwargs["v"], kwargs["cu_seqlens_q"],
-                                                   kwargs["cu_seqlens_k"], kwargs["max_seqlen_q"],
-                                                   kwargs["max_seqlen_k"], 0.125, kwargs["causal"]))
-        return attention(**kwargs)
-
-    monkeypatch.setattr(kvcache_module, "_attention", spy)
     gen = torch.Generator(device="cuda").manual_seed(batch * nheads_k)
     q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
     k_cache, v_cache = (torch.randn(batch, 2048, nheads_k, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
                         for _ in range(2))
     kwargs = dict(cache_seqlens=lengths([2000, 1500, 700][:batch], "cuda"), num_splits=4)
-    out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, None, None, kwargs)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, None, None, kwargs)
+        torch.cuda.synchronize()
     assert_within_rule("out", out, out_ref, out_pt)
     assert_lse_within(lse, lse_ref)
+    forwards = [event.key for event in profile.key_averages() if "flash_fwd" in event.key]
     sm90_dims = _extension.load().built_config()["family_head_dims"].get("sm90", [])
-    assert served == ["sm90" if kernel_family == "sm90" and 128 in sm90_dims else "sm80"]
+    expected = "sm90" if kernel_family == "sm90" and 128 in sm90_dims else "sm80"
+    assert forwards and {"sm90" if "sm90" in name else "sm80" for name in forwards} == {expected}
 
 
 @pytest.mark.gpu

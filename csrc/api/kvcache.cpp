@@ -13,6 +13,7 @@
 #include <optional>
 #include <tuple>
 
+#include "api/kvcache.h"
 #include "kvcache/prepare.h"
 
 namespace {
@@ -165,9 +166,8 @@ Tensor kvcache_append(const Tensor &k_cache, const Tensor &v_cache, const Tensor
     return q_out;
 }
 
-// merged is (batch, rows, nheads, d); heads_outer lays it out as (batch, nheads, rows, d) in memory,
-// which is the query heads' order when the rows are a KV head's group of query heads.
-// alibi_slopes and cu_seqlens_k (both or neither): merge_splits' alibi (kvcache_layout.py).
+}  // namespace
+
 std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, int64_t batch, int64_t splits,
                                          bool heads_outer, const OptionalTensor &alibi_slopes,
                                          const OptionalTensor &cu_seqlens_k) {
@@ -216,8 +216,6 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {merged, merged_lse};
 }
-
-}  // namespace
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def("kvcache_layout(Tensor like, Tensor? seqlens, int default_seqlen, Tensor? leftpad, int batch, "
