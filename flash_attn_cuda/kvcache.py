@@ -12,7 +12,8 @@ from flash_attn_cuda.checks import check_head_dim
 from flash_attn_cuda.head_dims import kernel_head_dim
 from flash_attn_cuda.interface import _attention
 from flash_attn_cuda import _extension
-from flash_attn_cuda.kvcache_layout import SPLIT_ALIGN, merge_splits, rows_view, sequence_offsets
+from flash_attn_cuda.kvcache_layout import (SPLIT_ALIGN, merge_splits, rows_per_slot, rows_view, sequence_offsets,
+                                            total_rows)
 from flash_attn_cuda.kvcache_splits import auto_splits
 from flash_attn_cuda.rotary import apply_rotary
 
@@ -84,7 +85,7 @@ def flash_attn_with_kvcache(
         slots = cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
         k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
     slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
-    keys, values, rows_per_slot = _rows_of(k_cache, v_cache)
+    k_cache, v_cache, per_slot = _rows_layout(k_cache, v_cache)
 
     # Decoding with GQA: each KV head's group of query heads becomes its rows (one tile per KV head).
     nheads_k = k_cache.shape[2]
@@ -93,7 +94,7 @@ def flash_attn_with_kvcache(
     causal = causal and row_count > 1 and not grouped
     splits = _splits(num_splits, batch, row_count, row_heads, q.device,
                      capacity if facts["longest"] is None else facts["longest"], causal, window, alibi_slopes)
-    sizes = (seqlen_new, rows_per_slot, row_count, splits, keys.shape[0])
+    sizes = (seqlen_new, per_slot, row_count, splits, total_rows(k_cache, per_slot))
     packed_q = None
     if "lengths" in facts:
         cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
@@ -115,8 +116,8 @@ def flash_attn_with_kvcache(
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), per_chunk), 1)
         alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads),
                                   alibi_slopes.new_zeros(1, nheads)))
-    chunks = dict(packed_q=packed_q, keys=keys, values=values, cu_q=cu_q, cu_k=cu_k, order=order, inverse=inverse,
-                  merge_slopes=merge_slopes, splits=splits, grouped=grouped)
+    chunks = dict(packed_q=packed_q, k_cache=k_cache, v_cache=v_cache, per_slot=per_slot, cu_q=cu_q, cu_k=cu_k,
+                  order=order, inverse=inverse, merge_slopes=merge_slopes, splits=splits, grouped=grouped)
     options = dict(max_seqlen_q=row_count, max_seqlen_k=capacity, softmax_scale=softmax_scale, causal=causal,
                    window_size=window, softcap=softcap, alibi_slopes=alibi_slopes)
     out, lse = (_chunks_attention if q.is_cuda else _chunks_attention_torch)(q, chunks, options, return_softmax_lse)
@@ -133,12 +134,15 @@ def _chunks_attention(q, chunks, options, return_lse):
     softmax_scale = options["softmax_scale"]
     softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     padding = kernel_head_dim(head_dim) - head_dim
-    packed_q, keys, values = chunks["packed_q"], chunks["keys"], chunks["values"]
+    packed_q, k_cache, v_cache, per_slot = chunks["packed_q"], chunks["k_cache"], chunks["v_cache"], chunks["per_slot"]
     if padding:
-        q, packed_q, keys, values = (None if t is None else F.pad(t, (0, padding)) for t in (q, packed_q, keys, values))
+        # Padded as rows (a copy): one slot of them.
+        k_cache, v_cache = (F.pad(rows_view(c, per_slot), (0, padding))[None] for c in (k_cache, v_cache))
+        per_slot = k_cache.shape[1]
+        q, packed_q = (None if t is None else F.pad(t, (0, padding)) for t in (q, packed_q))
     window_left, window_right = options["window_size"]
     out, lse = _extension.ops().kvcache_attention(
-        q, packed_q, keys, values, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
+        q, packed_q, k_cache, v_cache, per_slot, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
         chunks["merge_slopes"], chunks["splits"], chunks["grouped"], return_lse, options["max_seqlen_q"],
         options["max_seqlen_k"], softmax_scale, options["causal"], window_left, window_right,
         float(options["softcap"]), options["alibi_slopes"], False, 0.0, False)
@@ -148,12 +152,14 @@ def _chunks_attention(q, chunks, options, return_lse):
 def _chunks_attention_torch(q, chunks, options, return_lse):
     """What the op of _chunks_attention computes, in torch (on the CPU, around the forward
     `_attention`). chunks: packed_q (batch * splits * rows, row heads, d) or None (then q's rows
-    repeated per chunk), the cache's keys and values as rows, the layout's cu_q and cu_k, order
+    repeated per chunk), k_cache and v_cache with per_slot (read as rows, their slots per_slot rows
+    apart: kvcache_layout.rows_view), the layout's cu_q and cu_k, order
     (the batches' order in the layout) and inverse or None, merge_slopes (ALiBi slopes whose
     chunks the merge shifts, or None), splits, grouped (the rows are each KV head's group of query
     heads)."""
     batch, seqlen_q, nheads, head_dim = q.shape
-    keys, splits, grouped = chunks["keys"], chunks["splits"], chunks["grouped"]
+    keys, values = (rows_view(chunks[name], chunks["per_slot"]) for name in ("k_cache", "v_cache"))
+    splits, grouped = chunks["splits"], chunks["grouped"]
     rows = _query_rows(q, grouped, keys.shape[1])
     if chunks["order"] is not None:
         rows = rows.index_select(0, chunks["order"])
@@ -165,7 +171,7 @@ def _chunks_attention_torch(q, chunks, options, return_lse):
             # describe: the forward would fall back to the FA2 family (1.6-1.7x slower, runs 385-387).
             packed_q = packed_q.contiguous()
     with torch.no_grad():
-        out, lse, _ = _attention(q=packed_q, k=keys, v=chunks["values"], cu_seqlens_q=chunks["cu_q"],
+        out, lse, _ = _attention(q=packed_q, k=keys, v=values, cu_seqlens_q=chunks["cu_q"],
                                  cu_seqlens_k=chunks["cu_k"], dropout_p=0.0, deterministic=False,
                                  return_attn_probs=True, check_cu_seqlens=False, **options)
     if splits > 1 or grouped:
@@ -445,13 +451,15 @@ def _one_run_of_rows(rows):
     return rows.shape[0] == 1 or rows.shape[1] == 1 or rows.stride(0) == rows.shape[1] * rows.stride(1)
 
 
-def _rows_of(k_cache, v_cache):
-    """k_cache and v_cache as (rows, nheads_k, d) tensors with one row layout, copied only where
-    their strides do not allow a view."""
-    k_rows, v_rows = rows_view(k_cache), rows_view(v_cache)
-    if k_rows is None or v_rows is None or k_rows[1] != v_rows[1]:
-        k_rows, v_rows = rows_view(k_cache.contiguous()), rows_view(v_cache.contiguous())
-    return k_rows[0], v_rows[0], k_rows[1]
+def _rows_layout(k_cache, v_cache):
+    """k_cache and v_cache, and how many rows apart their slots lie when read as (rows, nheads_k, d)
+    tensors of one row layout (kvcache_layout.rows_per_slot): copied only where their strides do not
+    allow such views."""
+    per_slot = rows_per_slot(k_cache)
+    if per_slot is None or rows_per_slot(v_cache) != per_slot:
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+        per_slot = k_cache.shape[1]
+    return k_cache, v_cache, per_slot
 
 
 def _splits(num_splits, batch, rows, heads, device, longest, causal, window, alibi_slopes):

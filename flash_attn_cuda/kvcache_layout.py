@@ -17,20 +17,29 @@ from flash_attn_cuda import _extension
 SPLIT_ALIGN = 128
 
 
-def rows_view(cache):
-    """(cache as a (rows, nheads_k, d) tensor, rows per slot) without a copy, or None where its
-    strides do not allow it (slots not a whole number of rows apart, or overlapping)."""
+def rows_per_slot(cache):
+    """How many rows apart cache's slots lie, so that cache reads as one (rows, nheads_k, d) tensor
+    of rows without a copy (rows_view), or None where its strides do not allow it (slots not a
+    whole number of rows apart, or overlapping)."""
     slots, capacity = cache.shape[:2]
-    row_stride = cache.stride(1)
+    slot_stride, row_stride = cache.stride()[:2]
     if slots == 1:
-        per_slot = capacity
-    elif row_stride > 0 and cache.stride(0) % row_stride == 0 and cache.stride(0) // row_stride >= capacity:
-        per_slot = cache.stride(0) // row_stride
-    else:
-        return None
-    total = (slots - 1) * per_slot + capacity
-    view = cache.as_strided((total, *cache.shape[2:]), (row_stride, *cache.stride()[2:]), cache.storage_offset())
-    return view, per_slot
+        return capacity
+    if row_stride > 0 and slot_stride % row_stride == 0 and slot_stride // row_stride >= capacity:
+        return slot_stride // row_stride
+    return None
+
+
+def total_rows(cache, per_slot):
+    """The rows of cache's rows view with slots per_slot rows apart."""
+    return (cache.shape[0] - 1) * per_slot + cache.shape[1]
+
+
+def rows_view(cache, per_slot):
+    """cache (slots, capacity, nheads_k, d) as a (rows, nheads_k, d) view, its slots per_slot rows
+    apart (rows_per_slot; the op kvcache_attention makes the same view in C++)."""
+    stride = cache.stride()
+    return cache.as_strided((total_rows(cache, per_slot), *cache.shape[2:]), stride[1:], cache.storage_offset())
 
 
 def chunk_length(key_lengths, splits):

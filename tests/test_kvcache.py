@@ -287,9 +287,9 @@ def test_chunks_op_is_its_torch_composition(name, layout, monkeypatch):
             assert torch.equal(lse, lse_torch)
     window = options["window_size"]
     torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_attention.default,
-                          (q_rows, chunks["packed_q"], chunks["keys"], chunks["values"], chunks["cu_q"], chunks["cu_k"],
-                           chunks["order"], chunks["inverse"], chunks["merge_slopes"], chunks["splits"],
-                           chunks["grouped"], True, options["max_seqlen_q"], options["max_seqlen_k"],
+                          (q_rows, chunks["packed_q"], chunks["k_cache"], chunks["v_cache"], chunks["per_slot"],
+                           chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"], chunks["merge_slopes"],
+                           chunks["splits"], chunks["grouped"], True, options["max_seqlen_q"], options["max_seqlen_k"],
                            128 ** -0.5, options["causal"], window[0], window[1], float(options["softcap"]),
                            options["alibi_slopes"], False, 0.0, False))
 

@@ -24,20 +24,33 @@ namespace {
 using at::Tensor;
 using OptionalTensor = std::optional<Tensor>;
 
+// cache (slots, capacity, nheads_k, d), its slots rows_per_slot rows apart, as one (rows, nheads_k, d)
+// tensor of rows (kvcache_layout.rows_view).
+Tensor rows_view(const Tensor &cache, int64_t rows_per_slot) {
+    TORCH_CHECK_VALUE(cache.dim() == 4 && rows_per_slot >= cache.size(1) &&
+                          (cache.size(0) == 1 || cache.stride(0) == rows_per_slot * cache.stride(1)),
+                      "kvcache_attention: the caches' slots must lie rows_per_slot rows apart, got strides ",
+                      cache.strides(), " and rows_per_slot ", rows_per_slot);
+    return cache.as_strided({(cache.size(0) - 1) * rows_per_slot + cache.size(1), cache.size(2), cache.size(3)},
+                            {cache.stride(1), cache.stride(2), cache.stride(3)}, cache.storage_offset());
+}
+
 // q (batch, seqlen_q, nheads, d); packed_q (batch * splits * rows, row heads, d), the chunks' query
-// rows where the layout kernel copied them, else none (q's rows repeated per chunk here); keys and
-// values (rows, nheads_k, d); order / inverse: the batches' order in the layout and its inverse,
-// or none; merge_slopes: ALiBi slopes whose chunks the merge shifts, or none; grouped: the rows
-// are each KV head's group of query heads (one decoding row). Returns out (batch, seqlen_q, nheads,
-// d) and, with return_lse, softmax_lse (batch, nheads, seqlen_q) (else an empty tensor).
-std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTensor &packed_q, const Tensor &keys,
-                                             const Tensor &values, const Tensor &cu_seqlens_q,
+// rows where the layout kernel copied them, else none (q's rows repeated per chunk here); k_cache
+// and v_cache (slots, capacity, nheads_k, d), read as rows (rows_view); order / inverse: the
+// batches' order in the layout and its inverse, or none; merge_slopes: ALiBi slopes whose chunks
+// the merge shifts, or none; grouped: the rows are each KV head's group of query heads (one
+// decoding row). Returns out (batch, seqlen_q, nheads, d) and, with return_lse, softmax_lse
+// (batch, nheads, seqlen_q) (else an empty tensor).
+std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTensor &packed_q, const Tensor &k_cache,
+                                             const Tensor &v_cache, int64_t rows_per_slot, const Tensor &cu_seqlens_q,
                                              const Tensor &cu_seqlens_k, const OptionalTensor &order,
                                              const OptionalTensor &inverse, const OptionalTensor &merge_slopes,
                                              int64_t splits, bool grouped, bool return_lse,
                                              const AttentionOptions &options) {
-    TORCH_CHECK_VALUE(q.dim() == 4 && keys.dim() == 3 && splits >= 1,
-                      "kvcache_attention: q must be (batch, seqlen_q, nheads, d), keys (rows, nheads_k, d), splits >= 1");
+    TORCH_CHECK_VALUE(q.dim() == 4 && splits >= 1,
+                      "kvcache_attention: q must be (batch, seqlen_q, nheads, d), splits >= 1");
+    const Tensor keys = rows_view(k_cache, rows_per_slot), values = rows_view(v_cache, rows_per_slot);
     const int64_t batch = q.size(0), seqlen_q = q.size(1), nheads = q.size(2), head_dim = q.size(3);
     const int64_t nheads_k = keys.size(1);
     TORCH_CHECK_VALUE(!grouped || (seqlen_q == 1 && nheads_k > 0 && nheads % nheads_k == 0),
@@ -84,15 +97,15 @@ std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTens
     return {out, lse};
 }
 
-constexpr size_t kNumArgs = 12;
+constexpr size_t kNumArgs = 13;
 
 void kvcache_attention_boxed(const c10::OperatorHandle &, c10::DispatchKeySet, torch::jit::Stack *stack) {
     const auto args = torch::jit::last(*stack, kNumArgs + AttentionOptions::kCount);
     const AttentionOptions options = AttentionOptions::from_stack(args.slice(kNumArgs));
     auto [out, lse] = kvcache_attention(
-        args[0].toTensor(), args[1].toOptional<Tensor>(), args[2].toTensor(), args[3].toTensor(), args[4].toTensor(),
-        args[5].toTensor(), args[6].toOptional<Tensor>(), args[7].toOptional<Tensor>(), args[8].toOptional<Tensor>(),
-        args[9].toInt(), args[10].toBool(), args[11].toBool(), options);
+        args[0].toTensor(), args[1].toOptional<Tensor>(), args[2].toTensor(), args[3].toTensor(), args[4].toInt(),
+        args[5].toTensor(), args[6].toTensor(), args[7].toOptional<Tensor>(), args[8].toOptional<Tensor>(),
+        args[9].toOptional<Tensor>(), args[10].toInt(), args[11].toBool(), args[12].toBool(), options);
     torch::jit::drop(*stack, kNumArgs + AttentionOptions::kCount);
     torch::jit::push(*stack, std::move(out), std::move(lse));
 }
@@ -107,9 +120,9 @@ void kvcache_attention_autograd(const c10::OperatorHandle &op, c10::DispatchKeyS
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
-    m.def((std::string("kvcache_attention(Tensor q, Tensor? packed_q, Tensor keys, Tensor values, Tensor cu_seqlens_q, "
-                       "Tensor cu_seqlens_k, Tensor? order, Tensor? inverse, Tensor? merge_slopes, int splits, "
-                       "bool grouped, bool return_lse, ") +
+    m.def((std::string("kvcache_attention(Tensor q, Tensor? packed_q, Tensor k_cache, Tensor v_cache, "
+                       "int rows_per_slot, Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? order, Tensor? inverse, "
+                       "Tensor? merge_slopes, int splits, bool grouped, bool return_lse, ") +
            AttentionOptions::kSchema + ") -> (Tensor out, Tensor softmax_lse)")
               .c_str());
 }
