@@ -2,7 +2,7 @@
 length, GQA (Llama-style 32 query heads over 8 KV heads), through flash_attn_with_kvcache and
 PyTorch SDPA.
 
-python benchmarks/benchmark_kvcache.py [--json] [--batches 1,4,16,64] [--lengths 1024,4096,16384]
+python benchmarks/benchmark_kvcache.py [--json] [--batches 1,4,16,64] [--lengths 1024,4096,16384] [--window W]
 
 Implementations (the caches hold cache_len tokens per sequence, capacity cache_len + 256):
   flash_attn_cuda          flash_attn_with_kvcache over the cache (cache_seqlens a tensor), split-KV
@@ -58,25 +58,28 @@ def make_inputs(batch, cache_len, dtype):
             "pages": pages, "seqlens": torch.full((batch,), cache_len, dtype=torch.int32, device=DEVICE)}
 
 
-def call(impl, x, cache_len):
-    """A no-argument function running impl once on the inputs x."""
+def call(impl, x, cache_len, window=None):
+    """A no-argument function running impl once on the inputs x; with a window, ours under
+    window_size=(window, 0) and SDPA on the keys it leaves (the last window + 1)."""
     if impl.endswith("@graph"):
-        return graphed(call(impl.removesuffix("@graph"), x, cache_len))
+        return graphed(call(impl.removesuffix("@graph"), x, cache_len, window))
     q, k_cache, v_cache, seqlens = x["q"], x["k_cache"], x["v_cache"], x["seqlens"]
+    options = {} if window is None else {"window_size": (window, 0)}
     if impl == "flash_attn_cuda":
-        return lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+        return lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, **options)
     if impl == "flash_attn_cuda_nosplit":
-        return lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=1)
+        return lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=1, **options)
     if impl == "flash_attn_cuda_append":
         before = seqlens - 1  # the new token is the cache_len-th, written at the same row every call
         return lambda: flash_attn_with_kvcache(q, k_cache, v_cache, x["new_k"], x["new_v"], rotary_cos=x["cos"],
-                                               rotary_sin=x["sin"], cache_seqlens=before, causal=True)
+                                               rotary_sin=x["sin"], cache_seqlens=before, causal=True, **options)
     if impl == "flash_attn_cuda_paged":
         k_pages, v_pages = x["pages"]
         return lambda: flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
-                                               block_table=x["block_table"])
+                                               block_table=x["block_table"], **options)
     backend = SDPA_BACKENDS[impl]
-    keys, values = (c[:, :cache_len].transpose(1, 2) for c in (k_cache, v_cache))
+    first = 0 if window is None else max(0, cache_len - window - 1)
+    keys, values = (c[:, first:cache_len].transpose(1, 2) for c in (k_cache, v_cache))
 
     def sdpa():
         with sdpa_kernel(backend):
@@ -98,9 +101,9 @@ def graphed(fn):
     return graph.replay
 
 
-def bench(impl, x, cache_len):
+def bench(impl, x, cache_len, window):
     try:
-        return time_ms(call(impl, x, cache_len)), "ok"
+        return time_ms(call(impl, x, cache_len, window)), "ok"
     except (RuntimeError, torch.OutOfMemoryError) as err:
         torch.cuda.synchronize()
         return None, f"error: {str(err).splitlines()[0][:160]}"
@@ -133,6 +136,7 @@ def main():
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--json", action="store_true", help="write results/kvcache_h100.json and its metadata")
+    parser.add_argument("--window", type=int, help="a sliding window (window, 0): ours under it, SDPA on its keys")
     args = parser.parse_args()
     impls = args.impls.split(",")
     dtype = benchmark_attn.DTYPES[args.dtype]
@@ -140,11 +144,12 @@ def main():
     for batch in (int(b) for b in args.batches.split(",")):
         for cache_len in (int(n) for n in args.lengths.split(",")):
             x = make_inputs(batch, cache_len, dtype)
-            nbytes = 2 * batch * cache_len * NHEADS_K * HEAD_DIM * x["q"].element_size()
+            attended = cache_len if args.window is None else min(cache_len, args.window + 1)
+            nbytes = 2 * batch * attended * NHEADS_K * HEAD_DIM * x["q"].element_size()
             for impl in impls:
-                ms, status = bench(impl, x, cache_len)
-                rows.append({"impl": impl, "batch": batch, "cache_len": cache_len, "hdim": HEAD_DIM,
-                             "nheads": NHEADS, "nheads_k": NHEADS_K, "dtype": args.dtype, "ms": ms,
+                ms, status = bench(impl, x, cache_len, args.window)
+                rows.append({"impl": impl, "batch": batch, "cache_len": cache_len, "window": args.window,
+                             "hdim": HEAD_DIM, "nheads": NHEADS, "nheads_k": NHEADS_K, "dtype": args.dtype, "ms": ms,
                              "gbps": nbytes / (ms * 1e6) if ms else None, "status": status})
             del x
     print_table(rows, impls)

@@ -56,7 +56,7 @@ def _(dout, q, packed, *rest):
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_layout")
 def _(like, seqlens, default_seqlen, leftpad, batch, seqlen_new, capacity, rows_per_slot, rows, splits, split_align,
-      total_rows, q_rows):
+      total_rows, window_left, q_rows):
     offsets = batch * (splits + 1) + 2
     packed_q = like.new_empty((0,)) if q_rows is None else q_rows.new_empty((batch * splits * rows, *q_rows.shape[2:]))
     return like.new_empty((offsets,), dtype=torch.int32), like.new_empty((offsets,), dtype=torch.int32), packed_q

@@ -86,18 +86,27 @@ def flash_attn_with_kvcache(
         k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
     slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
     k_cache, v_cache, per_slot = _rows_layout(k_cache, v_cache)
+    longest = capacity if facts["longest"] is None else facts["longest"]
+    # One query row sees its sequence's last window_left + 1 keys, whatever the window's right side:
+    # the layout keeps only those, and the rows then group and split as without a window.
+    window_left = -1
+    if seqlen_q == 1:
+        window_left, window = window[0], (-1, -1)
+        longest = longest if window_left < 0 else min(longest, window_left + 1)
 
     # Decoding with GQA: each KV head's group of query heads becomes its rows (one tile per KV head).
     nheads_k = k_cache.shape[2]
     grouped = seqlen_q == 1 and nheads > nheads_k and window == (-1, -1) and alibi_slopes is None
     row_count, row_heads = (nheads // nheads_k, nheads_k) if grouped else (seqlen_q, nheads)
     causal = causal and row_count > 1 and not grouped
-    splits = _splits(num_splits, batch, row_count, row_heads, q.device,
-                     capacity if facts["longest"] is None else facts["longest"], causal, window, alibi_slopes)
+    splits = _splits(num_splits, batch, row_count, row_heads, q.device, longest, causal, window, alibi_slopes)
     sizes = (seqlen_new, per_slot, row_count, splits, total_rows(k_cache, per_slot))
     packed_q = None
     if "lengths" in facts:
-        cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(facts["starts"]),
+        starts = facts["starts"]
+        if window_left >= 0:
+            starts = [max(s, n + seqlen_new - 1 - window_left) for n, s in zip(facts["lengths"], starts)]
+        cu_q, cu_k, order, inverse = _host_layout(tuple(facts["lengths"]), tuple(starts),
                                                   tuple(facts["slots"]) if slotted else None, *sizes, q.device)
     else:
         # The layout kernel copies the rows where a copy is due anyway: per chunk, or where the
@@ -105,7 +114,7 @@ def flash_attn_with_kvcache(
         rows = _query_rows(q, grouped, nheads_k)
         copied = splits > 1 or not _one_run_of_rows(rows)
         cu_q, cu_k, packed_q = _device_layout(cache_seqlens, cache_leftpad, capacity, batch, *sizes, q.device,
-                                              rows if copied else None)
+                                              rows if copied else None, window_left)
         order = inverse = None
     if order is not None and alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_slopes = alibi_slopes.index_select(0, order)
@@ -425,11 +434,12 @@ def _host_layout(lengths, starts, slots, seqlen_new, rows_per_slot, rows, splits
 
 
 def _device_layout(cache_seqlens, cache_leftpad, capacity, batch, seqlen_new, rows_per_slot, rows, splits,
-                   total_rows, device, q_rows=None):
+                   total_rows, device, q_rows=None, window_left=-1):
     """_host_layout's offsets, batch b in slot b, from device tensors, the values clamped
     (unchecked: under torch.compile and CUDA graph capture), and q_rows (batch, rows, nheads, d)
     copied once per chunk where given and the kernel takes it (else None: the caller packs them):
-    in one launch on the GPU (csrc/kvcache), with torch on the CPU."""
+    in one launch on the GPU (csrc/kvcache), with torch on the CPU. window_left >= 0 keeps only
+    each batch's last window_left + 1 keys."""
     if device.type == "cuda":
         lengths = cache_seqlens.contiguous() if isinstance(cache_seqlens, torch.Tensor) else None
         default = capacity if cache_seqlens is None else (0 if lengths is not None else cache_seqlens)
@@ -437,10 +447,12 @@ def _device_layout(cache_seqlens, cache_leftpad, capacity, batch, seqlen_new, ro
             q_rows = None
         cu_q, cu_k, packed_q = _extension.ops().kvcache_layout(
             torch.empty(0, device=device), lengths, default, None if cache_leftpad is None else cache_leftpad.contiguous(),
-            batch, seqlen_new, capacity, rows_per_slot, rows, splits, SPLIT_ALIGN, total_rows, q_rows)
+            batch, seqlen_new, capacity, rows_per_slot, rows, splits, SPLIT_ALIGN, total_rows, window_left, q_rows)
         return cu_q, cu_k, None if q_rows is None else packed_q
     lengths = _per_batch(cache_seqlens, batch, device, capacity).long().clamp(0, capacity - seqlen_new)
     starts = torch.minimum(_per_batch(cache_leftpad, batch, device, 0).long().clamp(min=0), lengths)
+    if window_left >= 0:
+        starts = torch.maximum(starts, lengths + seqlen_new - 1 - window_left)
     slots = torch.arange(batch, device=device)
     return (*sequence_offsets(slots * rows_per_slot + starts, lengths + seqlen_new - starts, rows, splits, total_rows),
             None)

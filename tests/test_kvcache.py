@@ -161,6 +161,13 @@ CASES = {
     "decode_alibi_split": dict(cache_seqlens=[1, 270, 297], seqlen_q=1, alibi=(4,), num_splits=3),
     "decode_alibi_per_batch_split": dict(cache_seqlens=[0, 270, 297], seqlen_q=1, nheads_k=2, alibi=(3, 4),
                                          num_splits=4, cache_batch_idx=[2, 0, 1], cache_leftpad=[0, 3, 130]),
+    "decode_window_gqa": dict(cache_seqlens=[20, 150, 290], seqlen_q=1, nheads=8, nheads_k=2, window_size=(40, 0)),
+    "decode_window_split_leftpad": dict(cache_seqlens=[5, 200, 297], cache_leftpad=[5, 17, 1], seqlen_q=1,
+                                        window_size=(150, -1), num_splits=3),
+    "decode_window_alibi_split": dict(cache_seqlens=[3, 99, 180], seqlen_q=1, alibi=(4,), window_size=(60, 2),
+                                      num_splits=2),
+    "decode_window_rotary_paged": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, nheads=8, nheads_k=2, rotary=16,
+                                       page=64, window_size=(100, 0)),
     "split_rows": dict(cache_seqlens=[0, 270, 297], seqlen_q=5, num_splits=4, nheads_k=4),
     "split_sequence_without_keys": dict(cache_seqlens=[0, 200, 290], seqlen_new=0, seqlen_q=1, num_splits=2),
     "no_new_keys": dict(cache_seqlens=[10, 0, 300], seqlen_new=0),
@@ -451,7 +458,7 @@ def test_layout_kernel_matches_torch(batch, valid, splits):
     packed = q_rows[:, None].expand(-1, splits, -1, -1, -1).reshape(batch * splits * rows, 3, 40)
     assert torch.equal(got[2].cpu(), packed)
     args = (torch.empty(0, device="cuda"), seqlens.cuda(), 0, leftpad.cuda(), batch, seqlen_new, capacity,
-            rows_per_slot, rows, splits, SPLIT_ALIGN, sizes[-1], q_rows.cuda())
+            rows_per_slot, rows, splits, SPLIT_ALIGN, sizes[-1], -1, q_rows.cuda())
     torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_layout.default, args)
 
 

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <climits>
 #include <optional>
 #include <tuple>
@@ -53,7 +54,7 @@ std::tuple<Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, const Opti
                                                   int64_t default_seqlen, const OptionalTensor &leftpad, int64_t batch,
                                                   int64_t seqlen_new, int64_t capacity, int64_t rows_per_slot,
                                                   int64_t rows, int64_t splits, int64_t split_align, int64_t total_rows,
-                                                  const OptionalTensor &q_rows) {
+                                                  int64_t window_left, const OptionalTensor &q_rows) {
     TORCH_CHECK_VALUE(like.is_cuda(), "kvcache_layout runs on a CUDA device");
     TORCH_CHECK_VALUE(batch >= 0 && splits >= 1 && rows >= 0 && total_rows >= 0 && total_rows < INT_MAX &&
                           batch * splits * rows < INT_MAX && batch * (splits + 1) + 2 < INT_MAX,
@@ -75,6 +76,7 @@ std::tuple<Tensor, Tensor, Tensor> kvcache_layout(const Tensor &like, const Opti
     p.splits = int(splits);
     p.split_align = int(split_align);
     p.total_rows = int(total_rows);
+    p.window_left = int(std::clamp<int64_t>(window_left, -1, INT_MAX));
     p.cu_seqlens_q = cu_q.data_ptr<int>();
     p.cu_seqlens_k = cu_k.data_ptr<int>();
     Tensor packed_q = at::empty({0}, like.options());
@@ -220,7 +222,7 @@ std::tuple<Tensor, Tensor> kvcache_merge(const Tensor &out, const Tensor &lse, i
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def("kvcache_layout(Tensor like, Tensor? seqlens, int default_seqlen, Tensor? leftpad, int batch, "
           "int seqlen_new, int capacity, int rows_per_slot, int rows, int splits, int split_align, int total_rows, "
-          "Tensor? q_rows) -> (Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor packed_q)");
+          "int window_left, Tensor? q_rows) -> (Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor packed_q)");
     m.def("kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor q, Tensor seqlens, "
           "Tensor? slots, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, bool q_per_row, "
           "int capacity) -> Tensor q_rotated");

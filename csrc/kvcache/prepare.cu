@@ -51,7 +51,10 @@ __device__ int2 layout_entry(const LayoutParams &p, int i, int count) {
     }
     const int b = (i - 1) / (p.splits + 1), c = (i - 1) % (p.splits + 1);
     const int length = clamp_to(p.seqlens ? p.seqlens[b] : p.default_seqlen, 0, p.capacity - p.seqlen_new);
-    const int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
+    int start = clamp_to(p.leftpad ? p.leftpad[b] : 0, 0, length);
+    if (p.window_left >= 0) {
+        start = max(start, length + p.seqlen_new - 1 - p.window_left);
+    }
     const int keys = length + p.seqlen_new - start;
     int chunk = (keys + p.splits - 1) / p.splits;
     if (p.splits > 1) {

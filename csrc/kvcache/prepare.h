@@ -19,7 +19,9 @@ struct RowStrides {
 // without query rows over the rows before its keys, then its keys in `splits` chunks
 // (aligned to split_align, the last ones possibly empty) that each see the batch's `rows` query
 // rows; one last sequence without rows up to total_rows. Lengths and left padding are clamped to
-// the cache, and the key offsets made non-decreasing within [0, total_rows]. Where q is set, the
+// the cache, and the key offsets made non-decreasing within [0, total_rows]. window_left >= 0 keeps
+// only each batch's last window_left + 1 keys (its keys seen by one query row under a sliding
+// window); -1 keeps them all. Where q is set, the
 // chunks' query rows too: q (batch, rows, nheads, head_dim) of 2-byte elements, each batch's rows
 // copied once per chunk into packed_q (batch * splits * rows, nheads, head_dim), contiguous.
 struct LayoutParams {
@@ -28,6 +30,7 @@ struct LayoutParams {
     const int *leftpad;  // (batch,), or null: 0
     int batch, seqlen_new, capacity, rows_per_slot, rows, splits, split_align;
     int total_rows;
+    int window_left;
     int *cu_seqlens_q, *cu_seqlens_k;  // (batch * (splits + 1) + 2,)
     const void *q;  // or null
     RowStrides q_strides;
