@@ -217,6 +217,12 @@ for family in ("sm80", "sm90"):
     kvcache_module._device_layout(seqlens, leftpad, capacity=700, batch=3, seqlen_new=1, rows_per_slot=700, rows=4,
                                   splits=3, total_rows=4 * 700, device=torch.device("cuda"),
                                   q_rows=q.reshape(3, 2, 4, head_dim).transpose(1, 2))
+    # A sliding window over one query row: the layout keeps its last left + 1 keys, on the host and
+    # in the layout kernel.
+    flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, cache_leftpad=leftpad, window_size=(100, 0),
+                            num_splits=2)
+    kvcache_module._device_layout(seqlens, leftpad, capacity=700, batch=3, seqlen_new=0, rows_per_slot=700, rows=4,
+                                  splits=2, total_rows=4 * 700, device=torch.device("cuda"), window_left=100)
     # One row per KV head of a batch of one, every chunk seeing it (copied from a broadcast view).
     flash_attn_with_kvcache(q[:1, :, :2], k_cache[:1], v_cache[:1], cache_seqlens=seqlens[1:2], num_splits=4)
     flash_attn_with_kvcache(q.expand(3, 5, 8, head_dim), k_cache, v_cache, cache_seqlens=seqlens, causal=True,
