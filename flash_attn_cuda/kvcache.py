@@ -212,17 +212,18 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
             raise ValueError(f"{name} must be a 4-D tensor, got {_shape(t)}")
     batch, seqlen_q, nheads, head_dim = q.shape
     check_head_dim(head_dim)
-    if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+    cache_shape, dtype, device = k_cache.shape, q.dtype, q.device
+    if cache_shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(cache_shape)} and "
                          f"{tuple(v_cache.shape)}")
-    nheads_k = k_cache.shape[2]
-    if k_cache.shape[3] != head_dim:
-        raise ValueError(f"k_cache's head dim must be q's ({head_dim}), got {k_cache.shape[3]}")
+    slots, capacity, nheads_k, cache_head_dim = cache_shape
+    if cache_head_dim != head_dim:
+        raise ValueError(f"k_cache's head dim must be q's ({head_dim}), got {cache_head_dim}")
     if nheads_k == 0 or nheads % nheads_k:
         raise ValueError(f"nheads ({nheads}) must be a multiple of the cache's nheads_k ({nheads_k})")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
-        if t is not None and (t.dtype != q.dtype or t.device != q.device):
-            raise ValueError(f"{name} must have q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, "
+        if t is not None and (t.dtype != dtype or t.device != device):
+            raise ValueError(f"{name} must have q's dtype and device ({dtype}, {device}), got {t.dtype}, "
                              f"{t.device}")
     if (k is None) != (v is None):
         raise ValueError("k and v go together: give both new keys and values, or neither")
@@ -236,7 +237,7 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
     for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
                     ("cache_seqlens", cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)):
         if t is not None:
-            _check_index_tensor(name, t, (batch,), q)
+            _check_index_tensor(name, t, (batch,), device)
     if cache_seqlens is not None and not isinstance(cache_seqlens, (int, torch.Tensor)):
         raise TypeError(f"cache_seqlens must be an int or an int32 tensor, got {type(cache_seqlens).__name__}")
     if block_table is not None:
@@ -244,12 +245,10 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
             raise ValueError("cache_batch_idx cannot be used with block_table (a paged cache)")
         if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] == 0:
             raise ValueError(f"block_table must be (batch, max_blocks) = ({batch}, >= 1), got {_shape(block_table)}")
-        _check_index_tensor("block_table", block_table, tuple(block_table.shape), q)
-        capacity = block_table.shape[1] * k_cache.shape[1]
-    else:
-        if cache_batch_idx is None and k_cache.shape[0] < batch:
-            raise ValueError(f"k_cache has {k_cache.shape[0]} slots for a batch of {batch} (give cache_batch_idx)")
-        capacity = k_cache.shape[1]
+        _check_index_tensor("block_table", block_table, tuple(block_table.shape), device)
+        capacity *= block_table.shape[1]
+    elif cache_batch_idx is None and slots < batch:
+        raise ValueError(f"k_cache has {slots} slots for a batch of {batch} (give cache_batch_idx)")
     if cache_seqlens is None and k is not None:
         raise ValueError("k and v need cache_seqlens: where in the cache to write them")
     if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= capacity - seqlen_new:
@@ -266,22 +265,22 @@ def _check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
                              f"the cache's capacity ({capacity}) and rotary_dim <= head_dim ({head_dim}), got "
                              f"{_shape(rotary_cos)} and {_shape(rotary_sin)}")
         for t in (rotary_cos, rotary_sin):
-            if t.dtype != q.dtype or t.device != q.device:
-                raise ValueError(f"rotary_cos and rotary_sin must have q's dtype and device ({q.dtype}, {q.device}), "
+            if t.dtype != dtype or t.device != device:
+                raise ValueError(f"rotary_cos and rotary_sin must have q's dtype and device ({dtype}, {device}), "
                                  f"got {t.dtype}, {t.device}")
     if seqlen_new > capacity:
         raise ValueError(f"seqlen_new ({seqlen_new}) exceeds the cache's capacity ({capacity})")
     if alibi_slopes is not None and (
             not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32
-            or alibi_slopes.device != q.device or tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads))):
+            or alibi_slopes.device != device or tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads))):
         raise ValueError(f"alibi_slopes must be float32 of shape (nheads,) or (batch, nheads) = ({nheads},) or "
                          f"({batch}, {nheads}) on q's device, got {_shape(alibi_slopes)}")
-    return {"capacity": capacity, "seqlen_new": seqlen_new, "slots": k_cache.shape[0], "batch": batch,
-            "cuda": q.is_cuda}
+    return {"capacity": capacity, "seqlen_new": seqlen_new, "slots": slots, "batch": batch,
+            "cuda": device.type == "cuda"}
 
 
-def _check_index_tensor(name, t, shape, q):
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or tuple(t.shape) != shape or t.device != q.device:
+def _check_index_tensor(name, t, shape, device):
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.shape != shape or t.device != device:
         raise ValueError(f"{name} must be an int32 tensor of shape {shape} on q's device, got "
                          f"{_shape(t)} {getattr(t, 'dtype', '')} {getattr(t, 'device', '')}")
 
@@ -358,7 +357,7 @@ def _normalized_window(window_size, capacity):
     """window_size with a side at least the cache's capacity unbounded, as flash-attn's kvcache
     entry normalizes it (the op bounds an unbounded side opposite a bounded one by max_seqlen_k,
     which is the capacity here)."""
-    left, right = (int(w) for w in window_size)
+    left, right = int(window_size[0]), int(window_size[1])
     return (-1 if left >= capacity else left), (-1 if right >= capacity else right)
 
 
