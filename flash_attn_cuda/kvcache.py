@@ -118,7 +118,7 @@ def flash_attn_with_kvcache(
         order = inverse = None
     if order is not None and alibi_slopes is not None and alibi_slopes.dim() == 2:
         alibi_slopes = alibi_slopes.index_select(0, order)
-    merge_slopes = None if alibi_slopes is None or splits == 1 else alibi_slopes
+    merge_slopes = None if alibi_slopes is None or splits == 1 else alibi_slopes.contiguous()
     if alibi_slopes is not None and alibi_slopes.dim() == 2:
         # A slope row per sequence: none for those without query rows.
         per_chunk = alibi_slopes[:, None].expand(batch, splits, nheads)
@@ -468,7 +468,8 @@ def _rows_layout(k_cache, v_cache):
     allow such views."""
     per_slot = rows_per_slot(k_cache)
     if per_slot is None or rows_per_slot(v_cache) != per_slot:
-        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+        # A copy with the standard strides (contiguous() keeps a capacity-1 cache's row stride).
+        k_cache, v_cache = (c.clone(memory_format=torch.contiguous_format) for c in (k_cache, v_cache))
         per_slot = k_cache.shape[1]
     return k_cache, v_cache, per_slot
 
@@ -480,7 +481,7 @@ def _splits(num_splits, batch, rows, heads, device, longest, causal, window, ali
     would shift). ALiBi splits with one query row: a chunk's biases are then the sequence's plus a
     constant (the slope times the keys after the chunk), which the merge takes off the chunk's
     lse. num_splits=0: kvcache_splits' model."""
-    if causal or window != (-1, -1) or (alibi_slopes is not None and rows > 1) or num_splits == 1:
+    if causal or window != (-1, -1) or (alibi_slopes is not None and rows > 1) or num_splits == 1 or rows == 0:
         return 1
     if num_splits > 1:
         return min(num_splits, MAX_SPLITS)

@@ -161,6 +161,8 @@ CASES = {
     "decode_alibi_split": dict(cache_seqlens=[1, 270, 297], seqlen_q=1, alibi=(4,), num_splits=3),
     "decode_alibi_per_batch_split": dict(cache_seqlens=[0, 270, 297], seqlen_q=1, nheads_k=2, alibi=(3, 4),
                                          num_splits=4, cache_batch_idx=[2, 0, 1], cache_leftpad=[0, 3, 130]),
+    "decode_alibi_strided_split": dict(cache_seqlens=[5, 270, 297], seqlen_q=1, alibi=(3, 8, "strided"),
+                                       num_splits=3),
     "decode_window_gqa": dict(cache_seqlens=[20, 150, 290], seqlen_q=1, nheads=8, nheads_k=2, window_size=(40, 0)),
     "decode_window_split_leftpad": dict(cache_seqlens=[5, 200, 297], cache_leftpad=[5, 17, 1], seqlen_q=1,
                                         window_size=(150, -1), num_splits=3),
@@ -196,7 +198,11 @@ def make_case(name, device, dtype, seed=0, head_dim=32):
         kwargs["rotary_cos"], kwargs["rotary_sin"] = rotary_tables(capacity + 5, case.pop("rotary"), device, dtype)
     if "alibi" in case:
         gen = torch.Generator(device=device).manual_seed(seed + 1)
-        kwargs["alibi_slopes"] = torch.rand(*case.pop("alibi"), generator=gen, device=device)
+        alibi = case.pop("alibi")
+        strided = alibi[-1] == "strided"
+        slopes = torch.rand(*(alibi[:-1] if strided else alibi), generator=gen, device=device)
+        # "strided": (batch, nheads) slopes as a view of every other column of a wider tensor.
+        kwargs["alibi_slopes"] = slopes[:, ::2] if strided else slopes
     kwargs.update(case)
     return q, k_cache, v_cache, k, v, kwargs
 
@@ -238,6 +244,19 @@ def test_cache_layout_matches_reference_on_cpu(name, layout, monkeypatch):
     torch.testing.assert_close(lse[lse.isfinite()], lse_ref[lse_ref.isfinite()], rtol=0, atol=1e-6)
     torch.testing.assert_close(k_ours, k_ref, rtol=1e-12, atol=1e-12)
     assert torch.equal(v_ours, v_ref)
+
+
+def test_one_row_caches_with_a_row_stride_are_copied(monkeypatch):
+    """Caches of capacity 1 whose row stride is not the slot's (contiguous() keeps such a tensor as
+    it is) are copied to the standard strides before they are read as rows."""
+    monkeypatch.setattr(kvcache_module, "_attention", varlen_stand_in)
+    q, k_cache, v_cache, _, _ = random_case("cpu", torch.float64, capacity=1, seqlen_new=0)
+    # Slots 64 elements apart, a row stride of 48 that does not divide it.
+    k_odd, v_odd = (torch.cat((c.flatten(), c.new_zeros(64))).as_strided(c.shape, (64, 48, 32, 1))
+                    for c in (k_cache, v_cache))
+    assert k_odd.is_contiguous()
+    out, _, _, (out_ref, _, _, _, _) = run_case(q, k_odd, v_odd, None, None, dict(cache_seqlens=1))
+    torch.testing.assert_close(out, out_ref, rtol=0, atol=1e-6)
 
 
 @pytest.mark.gpu
