@@ -57,11 +57,7 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
         keys = k if packed is None else packed
         check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, queries.shape[0],
                                 keys.shape[0])
-    # The default stays symbolic under torch.compile(dynamic=True); a given scale is checked by the op.
-    softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    # Pad to the kernel's head dim with zeros (which change neither q k^T nor the first head_dim
-    # columns of the output) and slice the output back.
-    padding = kernel_head_dim(head_dim) - head_dim
+    softmax_scale, padding = _scale_and_padding(head_dim, softmax_scale)
     if padding:
         q, k, v, packed = (None if t is None else F.pad(t, (0, padding)) for t in (q, k, v, packed))
     window_left, window_right = window_size
@@ -78,6 +74,15 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
     if not return_attn_probs:
         return out
     return out, softmax_lse, (s_dmask if dropout_p > 0 else None)
+
+
+def _scale_and_padding(head_dim, softmax_scale):
+    """softmax_scale (its default 1 / sqrt(head_dim)) and the zero features that pad head_dim to the
+    kernel's head dim: zeros change neither q k^T nor the first head_dim columns of the output, which
+    the caller slices back."""
+    # The default stays symbolic under torch.compile(dynamic=True); a given scale is checked by the op.
+    softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    return softmax_scale, kernel_head_dim(head_dim) - head_dim
 
 
 def _get_block_size_n(device, head_dim, is_dropout, is_causal):

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from flash_attn_cuda.checks import check_head_dim
-from flash_attn_cuda.head_dims import kernel_head_dim
-from flash_attn_cuda.interface import _attention
+from flash_attn_cuda.interface import _attention, _scale_and_padding
 from flash_attn_cuda import _extension
 from flash_attn_cuda.kvcache_layout import (SPLIT_ALIGN, merge_splits, rows_per_slot, rows_view, sequence_offsets,
                                             total_rows)
@@ -140,9 +139,7 @@ def _chunks_attention(q, chunks, options, return_lse):
     costs a few microseconds of host time as a torch call from Python. Returns out (batch,
     seqlen_q, nheads, d) and, with return_lse, softmax_lse (batch, nheads, seqlen_q)."""
     head_dim = q.shape[-1]
-    softmax_scale = options["softmax_scale"]
-    softmax_scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    padding = kernel_head_dim(head_dim) - head_dim
+    softmax_scale, padding = _scale_and_padding(head_dim, options["softmax_scale"])
     packed_q, k_cache, v_cache, per_slot = chunks["packed_q"], chunks["k_cache"], chunks["v_cache"], chunks["per_slot"]
     if padding:
         # Padded as rows (a copy): one slot of them.
