@@ -78,20 +78,31 @@ def flash_attn_with_kvcache(
     if k is not None:
         q = _appended(k_cache, v_cache, k, v, q, _per_batch(cache_seqlens, batch, q.device, None), cache_batch_idx,
                       block_table, rotary_cos, rotary_sin, rotary_interleaved, causal or window != (-1, -1), capacity)
-    if block_table is not None:
-        k_cache, v_cache = _gathered_pages(k_cache, v_cache, block_table, facts["end"])
-    elif cache_batch_idx is not None and not facts["distinct_slots"]:
-        slots = cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
-        k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
-    slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
-    k_cache, v_cache, per_slot = _rows_layout(k_cache, v_cache)
-    longest = capacity if facts["longest"] is None else facts["longest"]
     # One query row sees its sequence's last window_left + 1 keys, whatever the window's right side:
     # the layout keeps only those, and the rows then group and split as without a window.
     window_left = -1
     if seqlen_q == 1:
         window_left, window = window[0], (-1, -1)
-        longest = longest if window_left < 0 else min(longest, window_left + 1)
+    table = None
+    if block_table is not None:
+        table = _table_in_place(k_cache, v_cache, block_table, facts["end"], cache_leftpad, window_left, head_dim)
+        if table is None:
+            k_cache, v_cache = (_gathered_pages(c, block_table, facts["end"]) for c in (k_cache, v_cache))
+    elif cache_batch_idx is not None and not facts["distinct_slots"]:
+        slots = cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
+        k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
+    slotted = cache_batch_idx is not None and block_table is None and facts["distinct_slots"]
+    if table is None:
+        k_cache, v_cache, per_slot = _rows_layout(k_cache, v_cache)
+        layout_per_slot, layout_rows = per_slot, total_rows(k_cache, per_slot)
+    else:
+        # The op reads the pages in place (per_slot rows apart); the layout counts each batch's
+        # keys in rows of its own, as gathered.
+        per_slot = rows_per_slot(k_cache)
+        layout_per_slot = table.shape[1] * k_cache.shape[1]
+        layout_rows = batch * layout_per_slot
+    longest = capacity if facts["longest"] is None else facts["longest"]
+    longest = longest if window_left < 0 else min(longest, window_left + 1)
 
     # Decoding with GQA: each KV head's group of query heads becomes its rows (one tile per KV head).
     nheads_k = k_cache.shape[2]
@@ -99,7 +110,7 @@ def flash_attn_with_kvcache(
     row_count, row_heads = (nheads // nheads_k, nheads_k) if grouped else (seqlen_q, nheads)
     causal = causal and row_count > 1 and not grouped
     splits = _splits(num_splits, batch, row_count, row_heads, q.device, longest, causal, window, alibi_slopes)
-    sizes = (seqlen_new, per_slot, row_count, splits, total_rows(k_cache, per_slot))
+    sizes = (seqlen_new, layout_per_slot, row_count, splits, layout_rows)
     packed_q = None
     if "lengths" in facts:
         starts = facts["starts"]
@@ -124,7 +135,8 @@ def flash_attn_with_kvcache(
         alibi_slopes = torch.cat((alibi_slopes.new_zeros(batch, 1, nheads), per_chunk), 1)
         alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads),
                                   alibi_slopes.new_zeros(1, nheads)))
-    chunks = dict(packed_q=packed_q, k_cache=k_cache, v_cache=v_cache, per_slot=per_slot, cu_q=cu_q, cu_k=cu_k,
+    chunks = dict(packed_q=packed_q, k_cache=k_cache, v_cache=v_cache, block_table=table, per_slot=per_slot,
+                  cu_q=cu_q, cu_k=cu_k,
                   order=order, inverse=inverse, merge_slopes=merge_slopes, splits=splits, grouped=grouped)
     options = dict(max_seqlen_q=row_count, max_seqlen_k=capacity, softmax_scale=softmax_scale, causal=causal,
                    window_size=window, softcap=softcap, alibi_slopes=alibi_slopes)
@@ -148,7 +160,7 @@ def _chunks_attention(q, chunks, options, return_lse):
         q, packed_q = (None if t is None else F.pad(t, (0, padding)) for t in (q, packed_q))
     window_left, window_right = options["window_size"]
     out, lse = _extension.ops().kvcache_attention(
-        q, packed_q, k_cache, v_cache, per_slot, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
+        q, packed_q, k_cache, v_cache, chunks["block_table"], per_slot, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
         chunks["merge_slopes"], chunks["splits"], chunks["grouped"], return_lse, options["max_seqlen_q"],
         options["max_seqlen_k"], softmax_scale, options["causal"], window_left, window_right,
         float(options["softcap"]), options["alibi_slopes"], False, 0.0, False)
@@ -164,7 +176,11 @@ def _chunks_attention_torch(q, chunks, options, return_lse):
     chunks the merge shifts, or None), splits, grouped (the rows are each KV head's group of query
     heads)."""
     batch, seqlen_q, nheads, head_dim = q.shape
-    keys, values = (rows_view(chunks[name], chunks["per_slot"]) for name in ("k_cache", "v_cache"))
+    if chunks["block_table"] is None:
+        keys, values = (rows_view(chunks[name], chunks["per_slot"]) for name in ("k_cache", "v_cache"))
+    else:
+        keys, values = (_gathered_pages(chunks[name], chunks["block_table"], None).flatten(0, 1)
+                        for name in ("k_cache", "v_cache"))
     splits, grouped = chunks["splits"], chunks["grouped"]
     rows = _query_rows(q, grouped, keys.shape[1])
     if chunks["order"] is not None:
@@ -401,13 +417,30 @@ def _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capac
     v_cache.index_put_(index, v)
 
 
-def _gathered_pages(k_cache, v_cache, block_table, end):
+def _gathered_pages(pages, block_table, end):
     """A paged cache's blocks per sequence, copied into (batch, blocks * page_block_size, ...):
     the blocks up to the last row a sequence reaches, or all where that is not known."""
-    page = k_cache.shape[1]
+    page = pages.shape[1]
     blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / page))
-    index = block_table[:, :blocks].long().clamp(0, k_cache.shape[0] - 1)
-    return tuple(c[index].flatten(1, 2) for c in (k_cache, v_cache))
+    return pages[block_table[:, :blocks].long().clamp(0, pages.shape[0] - 1)].flatten(1, 2)
+
+
+def _table_in_place(k_cache, v_cache, block_table, end, cache_leftpad, window_left, head_dim):
+    """block_table's columns up to the last row a sequence reaches (all where that is not known),
+    where the forward can read the pages in place, else None (the pages are then gathered). In
+    place, a chunk's keys must start at a multiple of kvcache_layout.SPLIT_ALIGN in its sequence,
+    so not at cache_leftpad or at a sliding window's first key (window_left >= 0, one query row),
+    and the pages' rows must be one view (rows_per_slot) that needs no padding of the head dim.
+    Which page sizes the kernels take is the op's to decide (it gathers the others)."""
+    if cache_leftpad is not None or window_left >= 0 or _scale_and_padding(head_dim, 1.0)[1]:
+        return None
+    page_stride = rows_per_slot(k_cache)
+    if page_stride is None or rows_per_slot(v_cache) != page_stride:
+        return None
+    blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / k_cache.shape[1]))
+    table = block_table[:, :blocks]
+    # The kernels read a row's entries one after the other.
+    return table if table.stride(1) == 1 else table.contiguous()
 
 
 @functools.lru_cache(maxsize=64)

@@ -117,7 +117,7 @@ def random_case(device, dtype, batch=3, seqlen_q=4, nheads=4, nheads_k=2, head_d
     if page is None:
         shape = ((slots or batch), capacity, nheads_k, head_dim)
     else:
-        shape = (batch * capacity // page + 2, page, nheads_k, head_dim)
+        shape = (batch * (capacity // page + 1) + 2, page, nheads_k, head_dim)
     k_cache, v_cache = randn(*shape), randn(*shape)
     k = randn(batch, seqlen_new, nheads_k, head_dim) if seqlen_new else None
     v = randn(batch, seqlen_new, nheads_k, head_dim) if seqlen_new else None
@@ -170,6 +170,16 @@ CASES = {
                                       num_splits=2),
     "decode_window_rotary_paged": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, nheads=8, nheads_k=2, rotary=16,
                                        page=64, window_size=(100, 0)),
+    # Pages of multiples of 128 rows are read in place (paged_keys.h), the others gathered.
+    "paged_in_place": dict(cache_seqlens=[0, 131, 250], page=128),
+    "paged_in_place_causal_window": dict(cache_seqlens=[10, 131, 250], page=256, causal=True, window_size=(50, 0)),
+    "paged_in_place_whole_pages": dict(cache_seqlens=[0, 128, 384], page=128, seqlen_new=0),
+    "decode_paged_split": dict(cache_seqlens=[1, 200, 370], seqlen_q=1, nheads=8, nheads_k=2, page=128,
+                               num_splits=3),
+    "decode_paged_page_edges": dict(cache_seqlens=[253, 0, 125], seqlen_q=1, page=256, num_splits=2),
+    "decode_paged_alibi_rotary": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, rotary=16, alibi=(4,), page=128),
+    "decode_window_paged_gathered": dict(cache_seqlens=[1, 170, 255], seqlen_q=1, nheads=8, nheads_k=2, page=128,
+                                         window_size=(100, 0)),
     "split_rows": dict(cache_seqlens=[0, 270, 297], seqlen_q=5, num_splits=4, nheads_k=4),
     "split_sequence_without_keys": dict(cache_seqlens=[0, 200, 290], seqlen_new=0, seqlen_q=1, num_splits=2),
     "no_new_keys": dict(cache_seqlens=[10, 0, 300], seqlen_new=0),
@@ -287,7 +297,7 @@ def test_kvcache_matches_reference(name, dtype, head_dim, layout, monkeypatch):
 @requires_gpu
 @pytest.mark.parametrize("layout", ["host", "device"])
 @pytest.mark.parametrize("name", ["batch_idx", "decode_alibi_per_batch_split", "decode_gqa", "decode_split", "lengths",
-                                  "split_rows"])
+                                  "split_rows", "decode_paged_split", "paged_in_place"])
 def test_chunks_op_is_its_torch_composition(name, layout, monkeypatch):
     """The op kvcache_attention against _chunks_attention_torch, the torch calls it replaces (the
     same forward and merge kernels, so bitwise), and torch.library.opcheck against its fake."""
@@ -313,7 +323,8 @@ def test_chunks_op_is_its_torch_composition(name, layout, monkeypatch):
             assert torch.equal(lse, lse_torch)
     window = options["window_size"]
     torch.library.opcheck(torch.ops.flash_attn_cuda.kvcache_attention.default,
-                          (q_rows, chunks["packed_q"], chunks["k_cache"], chunks["v_cache"], chunks["per_slot"],
+                          (q_rows, chunks["packed_q"], chunks["k_cache"], chunks["v_cache"], chunks["block_table"],
+                           chunks["per_slot"],
                            chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"], chunks["merge_slopes"],
                            chunks["splits"], chunks["grouped"], True, options["max_seqlen_q"], options["max_seqlen_k"],
                            128 ** -0.5, options["causal"], window[0], window[1], float(options["softcap"]),
@@ -337,6 +348,37 @@ def test_long_decode_split_kv_matches_reference(num_splits):
     out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, k, v, kwargs)
     assert_within_rule("out", out, out_ref, out_pt)
     assert_lse_within(lse, lse_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("page", [128, 256, 64])
+def test_paged_cache_is_read_in_place(kernel_family, page):
+    """A paged decode step over 4k-token caches (GQA, split-KV, pages shuffled): the Hopper family
+    reads pages of multiples of 128 rows through the block table, with no gather of the pages
+    (no indexing or gather kernel in the profile); the FA2 family, and pages of 64 rows, get them
+    gathered.
+    Both within the rule."""
+    skip_unbuilt(128, torch.bfloat16)
+    gen = torch.Generator(device="cuda").manual_seed(page)
+    batch, blocks = 3, 4096 // page
+    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_cache, v_cache = (torch.randn(batch * blocks + 5, page, 2, 128, device="cuda", dtype=torch.bfloat16,
+                                    generator=gen) for _ in range(2))
+    table = torch.randperm(batch * blocks + 5, device="cuda", generator=gen)[: batch * blocks]
+    kwargs = dict(cache_seqlens=lengths([4095, 2049, 1000], "cuda"), block_table=table.view(batch, blocks).int())
+    poison_allocator()
+    out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, None, None, kwargs)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        again = flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+        torch.cuda.synchronize()
+    assert torch.equal(again, out)
+    names = [event.key for event in profile.key_averages()]
+    in_place = kernel_family == "sm90" and page % 128 == 0
+    assert any("flash_fwd" in name for name in names)
+    assert any("index" in name.lower() or "gather" in name.lower() for name in names) != in_place, names
 
 
 @pytest.mark.gpu

@@ -36,11 +36,11 @@ bool empty_problem(const Problem &p) {
     return p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0 || (p.varlen() && p.total_q == 0);
 }
 
-}  // namespace
-
-FwdOutputs mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
-                   const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
-                   const AttentionOptions &options) {
+// mha_fwd, and with paged set mha_fwd_paged.
+std::optional<FwdOutputs> forward(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+                                  const std::optional<at::Tensor> &cu_seqlens_q,
+                                  const std::optional<at::Tensor> &cu_seqlens_k, const AttentionOptions &options,
+                                  const PagedKv *paged) {
     const Problem p = checked_problem(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, options);
     const at::Tensor q = copy_if_misaligned(q_in), k = copy_if_misaligned(k_in), v = copy_if_misaligned(v_in);
     at::cuda::CUDAGuard device_guard{q.device()};
@@ -48,15 +48,21 @@ FwdOutputs mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Ten
     at::Tensor out = at::empty(q.sizes(), q.options());
     at::Tensor softmax_lse = at::empty(p.lse_shape(), q.options().dtype(at::kFloat));
     Flash_fwd_params params = fwd_params(p, options, q, k, v, out, softmax_lse);
+    if (paged != nullptr) {
+        set_paged_params(params, *paged, k);
+    }
     FwdDropoutTensors dropout = set_fwd_dropout(params, p, options, q);
     if (empty_problem(p)) {
         // Varlen with max_seqlen_q 0 can still have rows where the host could not check the
         // offsets (torch.compile, graph capture): they see no key.
         out.zero_();
         softmax_lse.fill_(INFINITY);
-        return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
+        return FwdOutputs{out, softmax_lse, dropout.rng_state, dropout.s_dmask};
     }
     const Family family = fwd_family(params, p.sm);
+    if (paged != nullptr && !reads_pages(family)) {
+        return std::nullopt;
+    }
     // Freed on return: the caching allocator hands it out again only in stream order after the kernel.
     at::Tensor workspace;
     if (const size_t bytes = fwd_workspace_bytes(family, params); bytes > 0) {
@@ -64,7 +70,21 @@ FwdOutputs mha_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Ten
         params.fwd_workspace = workspace.data_ptr();
     }
     check_launch(run_fwd(family, params, at::cuda::getCurrentCUDAStream().stream()), p, q.scalar_type());
-    return {out, softmax_lse, dropout.rng_state, dropout.s_dmask};
+    return FwdOutputs{out, softmax_lse, dropout.rng_state, dropout.s_dmask};
+}
+
+}  // namespace
+
+FwdOutputs mha_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                   const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
+                   const AttentionOptions &options) {
+    return *forward(q, k, v, cu_seqlens_q, cu_seqlens_k, options, nullptr);
+}
+
+std::optional<FwdOutputs> mha_fwd_paged(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                        const at::Tensor &cu_seqlens_q, const at::Tensor &cu_seqlens_k,
+                                        const AttentionOptions &options, const PagedKv &paged) {
+    return forward(q, k, v, cu_seqlens_q, cu_seqlens_k, options, &paged);
 }
 
 const char *mha_fwd_family(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,

@@ -27,6 +27,23 @@ FwdOutputs mha_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v
                    const std::optional<at::Tensor> &cu_seqlens_q, const std::optional<at::Tensor> &cu_seqlens_k,
                    const AttentionOptions &options);
 
+// Paged k and v for mha_fwd_paged (flash_attn_with_kvcache's block_table): k and v (stored rows,
+// nheads_k, head_dim) hold pages of page_size rows, page_stride rows apart; cu_seqlens_k counts
+// logical rows, block_table.size(1) * page_size per row of block_table (batch_table, blocks) int32,
+// so that sequence b's key t, at logical row b * block_table.size(1) * page_size + t, is row
+// t % page_size of page block_table[b, t / page_size]. Each varlen sequence's first key must be
+// a multiple of 128 in its row's sequence (split-KV's chunks are).
+struct PagedKv {
+    at::Tensor block_table;
+    int64_t page_size, page_stride;
+};
+
+// mha_fwd over paged k and v, read in place; none (and nothing launched) where the family that
+// would serve the problem does not read pages (api/families.h), for the caller to gather them.
+std::optional<FwdOutputs> mha_fwd_paged(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                        const at::Tensor &cu_seqlens_q, const at::Tensor &cu_seqlens_k,
+                                        const AttentionOptions &options, const PagedKv &paged);
+
 // Returns (dq, dk, dv) shaped like q, k, v: written into dq_out, dk_out, dv_out where given (views
 // of one packed gradient, say), else newly allocated. Layouts as for mha_fwd; rng_state is the
 // forward's (needed with dropout).

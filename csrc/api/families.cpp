@@ -52,6 +52,8 @@ Family fwd_family([[maybe_unused]] const Flash_fwd_params &params, [[maybe_unuse
     return Family::kSm80;
 }
 
+bool reads_pages(Family family) { return family == Family::kSm90; }
+
 size_t fwd_workspace_bytes(Family family, [[maybe_unused]] const Flash_fwd_params &params) {
 #ifdef FLASH_ATTN_FAMILY_SM90
     if (family == Family::kSm90) {
@@ -68,7 +70,7 @@ bool run_fwd(Family family, Flash_fwd_params &params, cudaStream_t stream) {
         return flash::sm90::run_fwd(params, stream);
     }
 #endif
-    TORCH_INTERNAL_ASSERT(family == Family::kSm80);
+    TORCH_INTERNAL_ASSERT(family == Family::kSm80 && params.block_table == nullptr);
     return flash::sm80::run_fwd(params, stream);
 }
 

@@ -24,6 +24,10 @@ std::vector<std::string> built_families();
 // =sm90 lets the Hopper family serve wherever it can, also where it measured slower.
 Family fwd_family(const Flash_fwd_params &params, int sm);
 
+// Whether family reads paged K and V (params.block_table): the Hopper family, where it supports
+// the pages. For the other, the API gathers the pages first.
+bool reads_pages(Family family);
+
 // Bytes of scratch memory the forward on family needs at params.fwd_workspace (0: none); the caller
 // allocates them on the device, the family initializes them on the launch stream.
 size_t fwd_workspace_bytes(Family family, const Flash_fwd_params &params);

@@ -35,15 +35,26 @@ Tensor rows_view(const Tensor &cache, int64_t rows_per_slot) {
                             {cache.stride(1), cache.stride(2), cache.stride(3)}, cache.storage_offset());
 }
 
+// A paged cache's pages (blocks, page_size, nheads_k, d) in the order of block_table (batch,
+// blocks): (batch * blocks * page_size, nheads_k, d), each batch's keys in its own rows.
+Tensor gathered_pages(const Tensor &pages, const Tensor &block_table) {
+    const Tensor index = block_table.reshape({-1}).clamp(0, pages.size(0) - 1);
+    return pages.index_select(0, index).view({-1, pages.size(2), pages.size(3)});
+}
+
 // q (batch, seqlen_q, nheads, d); packed_q (batch * splits * rows, row heads, d), the chunks' query
 // rows where the layout kernel copied them, else none (q's rows repeated per chunk here); k_cache
-// and v_cache (slots, capacity, nheads_k, d), read as rows (rows_view); order / inverse: the
+// and v_cache (slots, capacity, nheads_k, d), read as rows (rows_view), or with block_table
+// (batch, blocks) int32 pages (blocks, page_size, nheads_k, d) rows_per_slot rows apart, batch b's
+// keys the rows of its pages in the order of its row of block_table (api/attention.h, PagedKv:
+// read in place where the forward's family reads pages, else gathered); order / inverse: the
 // batches' order in the layout and its inverse, or none; merge_slopes: ALiBi slopes whose chunks
 // the merge shifts, or none; grouped: the rows are each KV head's group of query heads (one
 // decoding row). Returns out (batch, seqlen_q, nheads, d) and, with return_lse, softmax_lse
 // (batch, nheads, seqlen_q) (else an empty tensor).
 std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTensor &packed_q, const Tensor &k_cache,
-                                             const Tensor &v_cache, int64_t rows_per_slot, const Tensor &cu_seqlens_q,
+                                             const Tensor &v_cache, const OptionalTensor &block_table,
+                                             int64_t rows_per_slot, const Tensor &cu_seqlens_q,
                                              const Tensor &cu_seqlens_k, const OptionalTensor &order,
                                              const OptionalTensor &inverse, const OptionalTensor &merge_slopes,
                                              int64_t splits, bool grouped, bool return_lse,
@@ -73,8 +84,18 @@ std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTens
             chunk_rows = chunk_rows.contiguous();
         }
     }
-    const FwdOutputs chunks = mha_fwd(chunk_rows, keys, values, cu_seqlens_q, cu_seqlens_k, options);
-    Tensor out = chunks.out, lse = chunks.softmax_lse;
+    std::optional<FwdOutputs> chunks;
+    if (block_table.has_value()) {
+        chunks = mha_fwd_paged(chunk_rows, keys, values, cu_seqlens_q, cu_seqlens_k, options,
+                               PagedKv{*block_table, k_cache.size(1), rows_per_slot});
+        if (!chunks.has_value()) {
+            chunks = mha_fwd(chunk_rows, gathered_pages(k_cache, *block_table), gathered_pages(v_cache, *block_table),
+                             cu_seqlens_q, cu_seqlens_k, options);
+        }
+    } else {
+        chunks = mha_fwd(chunk_rows, keys, values, cu_seqlens_q, cu_seqlens_k, options);
+    }
+    Tensor out = chunks->out, lse = chunks->softmax_lse;
     if (splits > 1 || grouped) {
         // Unsplit, the merge is the copy that puts a KV head's query heads back in their order
         // (weights of 1, exact), which starts under the forward where a torch copy would wait for it.
@@ -97,15 +118,16 @@ std::tuple<Tensor, Tensor> kvcache_attention(const Tensor &q, const OptionalTens
     return {out, lse};
 }
 
-constexpr size_t kNumArgs = 13;
+constexpr size_t kNumArgs = 14;
 
 void kvcache_attention_boxed(const c10::OperatorHandle &, c10::DispatchKeySet, torch::jit::Stack *stack) {
     const auto args = torch::jit::last(*stack, kNumArgs + AttentionOptions::kCount);
     const AttentionOptions options = AttentionOptions::from_stack(args.slice(kNumArgs));
     auto [out, lse] = kvcache_attention(
-        args[0].toTensor(), args[1].toOptional<Tensor>(), args[2].toTensor(), args[3].toTensor(), args[4].toInt(),
-        args[5].toTensor(), args[6].toTensor(), args[7].toOptional<Tensor>(), args[8].toOptional<Tensor>(),
-        args[9].toOptional<Tensor>(), args[10].toInt(), args[11].toBool(), args[12].toBool(), options);
+        args[0].toTensor(), args[1].toOptional<Tensor>(), args[2].toTensor(), args[3].toTensor(),
+        args[4].toOptional<Tensor>(), args[5].toInt(), args[6].toTensor(), args[7].toTensor(),
+        args[8].toOptional<Tensor>(), args[9].toOptional<Tensor>(), args[10].toOptional<Tensor>(), args[11].toInt(),
+        args[12].toBool(), args[13].toBool(), options);
     torch::jit::drop(*stack, kNumArgs + AttentionOptions::kCount);
     torch::jit::push(*stack, std::move(out), std::move(lse));
 }
@@ -121,7 +143,7 @@ void kvcache_attention_autograd(const c10::OperatorHandle &op, c10::DispatchKeyS
 
 TORCH_LIBRARY_FRAGMENT(flash_attn_cuda, m) {
     m.def((std::string("kvcache_attention(Tensor q, Tensor? packed_q, Tensor k_cache, Tensor v_cache, "
-                       "int rows_per_slot, Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? order, Tensor? inverse, "
+                       "Tensor? block_table, int rows_per_slot, Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? order, Tensor? inverse, "
                        "Tensor? merge_slopes, int splits, bool grouped, bool return_lse, ") +
            AttentionOptions::kSchema + ") -> (Tensor out, Tensor softmax_lse)")
               .c_str());

@@ -92,3 +92,26 @@ Flash_bwd_params bwd_params(const Problem &p, const AttentionOptions &options, c
     params.smem_per_block = smem_per_block(*p.props);
     return params;
 }
+
+void set_paged_params(Flash_fwd_params &params, const PagedKv &paged, const at::Tensor &k) {
+    const at::Tensor &table = paged.block_table;
+    TORCH_CHECK_VALUE(table.scalar_type() == at::kInt && table.dim() == 2 && table.device() == k.device() &&
+                          table.size(0) > 0 && table.size(1) > 0 && table.stride(1) == 1,
+                      "block_table must be a non-empty (batch, blocks) int32 tensor with contiguous rows on the "
+                      "device of k, got ", table.sizes(), " ", table.scalar_type());
+    TORCH_CHECK_VALUE(paged.page_size > 0 && paged.page_stride >= paged.page_size && k.size(0) >= paged.page_size,
+                      "pages of ", paged.page_size, " rows, ", paged.page_stride, " apart, do not fit k's ", k.size(0),
+                      " rows");
+    const int64_t paged_rows = table.size(1) * paged.page_size;
+    // Below 2^30, as the varlen offsets (api/checks.cpp).
+    TORCH_CHECK_VALUE(table.size(0) * paged_rows < (int64_t(1) << 30), "at most 2^30 - 1 rows in the block table's ",
+                      "sequences, got ", table.size(0), " x ", paged_rows);
+    params.block_table = table.data_ptr<int>();
+    params.block_table_stride = table.stride(0);
+    params.page_size = paged.page_size;
+    params.page_stride = paged.page_stride;
+    params.num_pages = (k.size(0) - paged.page_size) / paged.page_stride + 1;
+    params.paged_rows = paged_rows;
+    params.stored_rows_k = k.size(0);
+    params.total_k = table.size(0) * paged_rows;
+}

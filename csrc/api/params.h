@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "api/attention.h"
 #include "api/checks.h"
 #include "api/options.h"
 #include "common/flash.h"
@@ -18,3 +19,7 @@ Flash_bwd_params bwd_params(const Problem &p, const AttentionOptions &options, c
                             const at::Tensor &k, const at::Tensor &v, const at::Tensor &out,
                             const at::Tensor &softmax_lse, const at::Tensor &dout, const at::Tensor &dq,
                             const at::Tensor &dk, const at::Tensor &dv);
+
+// Paged k and v (mha_fwd_paged) over the checked k and v: the block table, the pages' geometry and
+// the logical rows that cu_seqlens_k counts (total_k).
+void set_paged_params(Flash_fwd_params &params, const PagedKv &paged, const at::Tensor &k);

@@ -39,6 +39,16 @@ struct Flash_fwd_params {
     const int *__restrict__ cu_seqlens_q;
     const int *__restrict__ cu_seqlens_k;
     int total_q, total_k;
+    // Paged K and V (flash_attn_with_kvcache's block_table; varlen only), else null: k and v hold
+    // num_pages pages of page_size rows, page_stride rows apart (stored_rows_k rows in all), and
+    // cu_seqlens_k and total_k count logical rows, paged_rows per row of block_table: sequence b's
+    // key t, logical row b * paged_rows + t, is row t % page_size of page
+    // block_table[b * block_table_stride + t / page_size]. The Hopper forward reads them
+    // (sm90/paged_keys.h); its key blocks must not cross pages (page_size, page_stride and the
+    // sequences' first keys multiples of its kBlockN).
+    const int *__restrict__ block_table;
+    int64_t block_table_stride;
+    int page_size, page_stride, num_pages, paged_rows, stored_rows_k;
     int num_heads, num_heads_k;
     // The kernel's kHeadDim (flash_attn_func pads q, k, v to it) and the element type: a family
     // dispatches on them, and on is_causal, to its compiled kernels.

@@ -14,7 +14,8 @@ namespace flash::sm90 {
 // Tensors broadcast along the sequence (a row stride of 0 over more than one row) run on the FA2
 // family: a TMA descriptor cannot describe them. So do dropout's probabilities (return_attn_probs),
 // which this family does not write, dropout at head dims whose KV blocks are not 64-key multiples,
-// and forwards of ~2^31 tiles or more, whose indices the tile scheduler does not decode.
+// forwards of ~2^31 tiles or more, whose indices the tile scheduler does not decode, and paged K and
+// V whose key blocks would cross pages (the FA2 family reads no pages: the API gathers them).
 namespace {
 
 bool describable(int64_t row_stride, int rows) { return row_stride != 0 || rows <= 1; }
@@ -32,6 +33,10 @@ bool supports_fwd(const Flash_fwd_params &params) {
         return false;
     }
     if (!describable_rows(params)) {
+        return false;
+    }
+    if (params.block_table != nullptr &&
+        !sm90_fwd_supports_pages(params.head_dim, params.page_size, params.page_stride)) {
         return false;
     }
     // Grids of ~2^31 tiles or more (varlen: counted at the longest sequence) run on the FA2 family.

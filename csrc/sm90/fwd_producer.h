@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 
 #include "sm90/fwd_params.h"
+#include "sm90/paged_keys.h"
 #include "sm90/sequence_tensor_maps.h"
 #include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
@@ -13,6 +14,13 @@
 namespace flash::sm90 {
 
 using namespace cute;
+
+// Where one KV block comes from: K's TMA tile, V's, and whether V loads through its sequence's
+// descriptor (sequence_tensor_maps.h; acquired just before the load, behind K's) or the packed one.
+struct BlockLoad {
+    int k_tile, v_tile;
+    bool v_own_map;
+};
 
 template <class Traits, bool kIsCausal>
 __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
@@ -53,13 +61,16 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
         const BlockRange &n_blocks = work.n_blocks;
         const int bidh_k = tc.bidh / (params.num_heads / params.num_heads_k);
 
+        // Paged K and V are tiled from the pages' first row (and the last page's descriptor from its
+        // own), a block's tile found through the block table.
+        const PagedKeys pages(params, binfo.k_start);
         Tensor gQ = local_tile(tma_sequence<true>(mQ, kp.shape_q, binfo.q_start + work.row0, tc.bidh, tc.bidb),
                                Shape<BlockM, HeadDim>{}, make_coord(_0{}, _0{}));
-        Tensor gK = local_tile(tma_sequence<true>(mK, kp.shape_k, binfo.k_start, bidh_k, tc.bidb),
+        Tensor gK = local_tile(tma_sequence<true>(mK, kp.shape_k, pages.paged() ? 0 : binfo.k_start, bidh_k, tc.bidb),
                                Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (N, d, n_block)
-        Tensor gVt = local_tile(
-            tma_sequence<false>(mVt, kp.shape_v, maps.first_row(binfo.k_start), bidh_k, tc.bidb),
-            Shape<HeadDim, BlockN>{}, make_coord(_0{}, _));  // (d, N, n_block)
+        Tensor gVt = local_tile(tma_sequence<false>(mVt, kp.shape_v, pages.paged() ? 0 : maps.first_row(binfo.k_start),
+                                                    bidh_k, tc.bidb),
+                                Shape<HeadDim, BlockN>{}, make_coord(_0{}, _));  // (d, N, n_block)
         // (TMA[, n_block]) and (TMA, stage); not structured bindings, which lambdas cannot capture in C++17.
         auto tQgQ_tQsQ = tma_partition(kp.tma_q, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
         auto tKgK_tKsK = tma_partition(kp.tma_k, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
@@ -76,16 +87,18 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
             copy(kp.tma_q.with(*pipeline_q.producer_get_barrier(q_state)), tQgQ, tQsQ(_, q_state.index()));
             ++q_state;
         };
-        auto load_k = [&](int n_block) __attribute__((always_inline)) {
+        auto load_k = [&](BlockLoad const &b) __attribute__((always_inline)) {
             pipeline_k.producer_acquire(k_state);
-            copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(k_state)), tKgK(_, n_block),
-                 tKsK(_, k_state.index()));
+            copy(kp.tma_k.with(*pipeline_k.producer_get_barrier(k_state)), tKgK(_, b.k_tile), tKsK(_, k_state.index()));
             ++k_state;
         };
-        auto load_v = [&](int n_block) __attribute__((always_inline)) {
-            TmaDescriptor const *v_map = maps.get(kFwdMapV, tc.bidb, kp.tma_v.get_tma_descriptor());
+        auto load_v = [&](BlockLoad const &b) __attribute__((always_inline)) {
+            TmaDescriptor const *v_map = kp.tma_v.get_tma_descriptor();
+            if (b.v_own_map) {
+                v_map = maps.get(kFwdMapV, tc.bidb, v_map);
+            }
             pipeline_v.producer_acquire(v_state);
-            copy(kp.tma_v.with(v_map, *pipeline_v.producer_get_barrier(v_state)), tVgV(_, n_block),
+            copy(kp.tma_v.with(v_map, *pipeline_v.producer_get_barrier(v_state)), tVgV(_, b.v_tile),
                  tVsV(_, v_state.index()));
             ++v_state;
         };
@@ -94,29 +107,61 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
         // buffer was freed by the tile before last. With one, the first K goes out before Q, which
         // waits until the previous tile's last S = Q K^T is done. The next tile is claimed just
         // before the last block's loads (before Q's without a block): the waits for their stages
-        // hide the atomic's latency.
-        int n_block = n_blocks.end - 1;
-        if (n_block <= n_blocks.begin) {
-            tiles.claim();
-        }
-        if constexpr (Traits::kQStages > 1) {
-            load_q();
-        }
-        if (n_block >= n_blocks.begin) {
-            load_k(n_block);
-        }
-        if constexpr (Traits::kQStages == 1) {
-            load_q();
-        }
-        if (n_block >= n_blocks.begin) {
-            load_v(n_block);
-        }
-        for (--n_block; n_block >= n_blocks.begin; --n_block) {
-            if (n_block == n_blocks.begin) {
+        // hide the atomic's latency. A block's coordinates are worked out before the waits for its
+        // stages, so that a released stage is refilled at once; paged, from the block's entry of
+        // the block table, loaded a block earlier (the two kinds of cache in loops of their own: a
+        // decoding tile's loads are bound by this one thread's latency).
+        auto load_blocks = [&](auto paged) __attribute__((always_inline)) {
+            constexpr bool kPaged = decltype(paged)::value;
+            auto entry = [&](int n_block) {
+                return kPaged && n_block >= n_blocks.begin ? pages.entry(n_block * Traits::kBlockN) : 0;
+            };
+            auto block_load = [&](int n_block, int block_entry) {
+                if constexpr (!kPaged) {
+                    return BlockLoad{n_block, n_block, true};
+                } else {
+                    const int key = n_block * Traits::kBlockN;
+                    const int k_tile = pages.row(key, block_entry) / Traits::kBlockN;
+                    if (key + Traits::kBlockN <= binfo.seqlen_k) {
+                        return BlockLoad{k_tile, k_tile, false};
+                    }
+                    // Past the keys: V from the last page's own descriptor, which fills zeros.
+                    return BlockLoad{k_tile, (key - pages.tail_key(binfo.seqlen_k)) / Traits::kBlockN, true};
+                }
+            };
+            int n_block = n_blocks.end - 1;
+            const int last_entry = entry(n_block);
+            int entry_ahead = entry(n_block - 1);
+            if (n_block <= n_blocks.begin) {
                 tiles.claim();
             }
-            load_k(n_block);
-            load_v(n_block);
+            if constexpr (Traits::kQStages > 1) {
+                load_q();
+            }
+            const BlockLoad last = block_load(n_block, last_entry);
+            if (n_block >= n_blocks.begin) {
+                load_k(last);
+            }
+            if constexpr (Traits::kQStages == 1) {
+                load_q();
+            }
+            if (n_block >= n_blocks.begin) {
+                load_v(last);
+            }
+            for (--n_block; n_block >= n_blocks.begin; --n_block) {
+                if (n_block == n_blocks.begin) {
+                    tiles.claim();
+                }
+                const BlockLoad block = block_load(n_block, entry_ahead);
+                entry_ahead = entry(n_block - 1);
+                load_k(block);
+                load_v(block);
+            }
+        };
+        if (pages.paged()) {
+            load_blocks(cute::true_type{});
+        } else {
+            load_blocks(cute::false_type{});
         }
         // The next tile's V descriptor, while the consumers work through this tile's last blocks: at
         // its start, a tile of one KV block would wait for the fence (run 294: +4-31% on 256

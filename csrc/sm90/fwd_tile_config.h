@@ -84,6 +84,17 @@ constexpr bool sm90_fwd_split_blocks_pay(int seqlen_q, int seqlen_k) {
     return seqlen_q <= 64 && seqlen_k >= 4 * sm90_fwd_split_tile_config().block_n;
 }
 
+// Paged K and V (paged_keys.h) need every key block in one page: pages whose rows and strides are
+// multiples of kSm90PageAlign, sequences whose first keys are (flash_attn_with_kvcache's split-KV
+// chunks start at multiples of 128 keys, kvcache_layout.SPLIT_ALIGN), and key blocks that divide it.
+constexpr int kSm90PageAlign = 128;
+constexpr bool sm90_fwd_supports_pages(int head_dim, int page_size, int page_stride) {
+    const bool blocks_divide = kSm90PageAlign % sm90_fwd_tile_config(head_dim, true).block_n == 0 &&
+                               kSm90PageAlign % sm90_fwd_tile_config(head_dim, false).block_n == 0 &&
+                               kSm90PageAlign % sm90_fwd_split_tile_config().block_n == 0;
+    return blocks_divide && page_size > 0 && page_size % kSm90PageAlign == 0 && page_stride % kSm90PageAlign == 0;
+}
+
 // Dropout's Philox calls span 64 keys (common/dropout.h), which a KV block must hold whole.
 constexpr bool sm90_fwd_supports_dropout(int head_dim) {
     return sm90_fwd_tile_config(head_dim, true).block_n % 64 == 0;
