@@ -158,7 +158,7 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
                 load_v(block);
             }
         };
-        if (pages.paged()) {
+        if (__builtin_expect(pages.paged(), false)) {
             load_blocks(cute::true_type{});
         } else {
             load_blocks(cute::false_type{});
