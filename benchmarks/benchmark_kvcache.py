@@ -101,6 +101,24 @@ def graphed(fn):
     return graph.replay
 
 
+def add_step_arguments(parser, impls):
+    """--batches, --lengths and --impls of the tools that take one decoding step apart
+    (kvcache_kernels.py, kvcache_queued.py)."""
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--lengths", default="1024,16384")
+    parser.add_argument("--impls", default=",".join(impls))
+
+
+def steps(args):
+    """(batch, cache_len, impl, a function running its step once) for each problem of args
+    (add_step_arguments), bf16, the inputs made once per problem."""
+    for batch in (int(b) for b in args.batches.split(",")):
+        for cache_len in (int(n) for n in args.lengths.split(",")):
+            x = make_inputs(batch, cache_len, torch.bfloat16)
+            for impl in args.impls.split(","):
+                yield batch, cache_len, impl, call(impl, x, cache_len)
+
+
 def bench(impl, x, cache_len, window):
     try:
         return time_ms(call(impl, x, cache_len, window)), "ok"

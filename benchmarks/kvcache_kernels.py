@@ -13,7 +13,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmark_kvcache import call, make_inputs
+from benchmark_kvcache import add_step_arguments, steps
 
 IMPLS = ["flash_attn_cuda", "flash_attn_cuda@graph", "flash_attn_cuda_append@graph", "sdpa_cudnn@graph"]
 
@@ -43,24 +43,18 @@ def kernel_times(fn, steps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--lengths", default="1024,16384")
-    parser.add_argument("--impls", default=",".join(IMPLS))
+    add_step_arguments(parser, IMPLS)
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args()
-    for batch in (int(b) for b in args.batches.split(",")):
-        for cache_len in (int(n) for n in args.lengths.split(",")):
-            x = make_inputs(batch, cache_len, torch.bfloat16)
-            for impl in args.impls.split(","):
-                times, span, timeline = kernel_times(call(impl, x, cache_len), args.steps)
-                busy = sum(us for _, us in times.values())
-                print(f"batch {batch} cache {cache_len} {impl}: {span:.1f} us per step, kernels {busy:.1f} us")
-                for name, (count, us) in sorted(times.items(), key=lambda item: -item[1][1]):
-                    print(f"    {us:8.2f} us  x{count:4.1f}  {name[:110]}")
-                print("    last step (us from its first kernel's start):")
-                for start, end, name in timeline:
-                    print(f"    {start:6.1f} -> {end:6.1f}  {name[:100]}")
-            del x
+    for batch, cache_len, impl, step in steps(args):
+        times, span, timeline = kernel_times(step, args.steps)
+        busy = sum(us for _, us in times.values())
+        print(f"batch {batch} cache {cache_len} {impl}: {span:.1f} us per step, kernels {busy:.1f} us")
+        for name, (count, us) in sorted(times.items(), key=lambda item: -item[1][1]):
+            print(f"    {us:8.2f} us  x{count:4.1f}  {name[:110]}")
+        print("    last step (us from its first kernel's start):")
+        for start, end, name in timeline:
+            print(f"    {start:6.1f} -> {end:6.1f}  {name[:100]}")
 
 
 if __name__ == "__main__":
