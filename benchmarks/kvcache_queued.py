@@ -1,6 +1,8 @@
 """A captured decode step's GPU time with its replays queued behind a sleep, so that the GPU runs
 them back to back and the host's launch time does not count, and the host time of one replay:
-which of the two a graphed timing measures (benchmark_kvcache.py's problem and impls).
+which of the two a graphed timing measures (benchmark_kvcache.py's problem and impls). Each replay
+finds the previous one's K and V in L2 where they fit (~50 MB: batch 8 at 1k keys, not at 16k),
+where do_bench's timings clear L2 before each call: compare impls within this tool only.
 
 python benchmarks/kvcache_queued.py [--batches 1,8] [--lengths 1024,16384] [--impls ...] [--replays 300]
 """
