@@ -439,8 +439,9 @@ def _table_in_place(k_cache, v_cache, block_table, end, cache_leftpad, window_le
         return None
     blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / k_cache.shape[1]))
     table = block_table[:, :blocks]
-    # The kernels read a row's entries one after the other.
-    return table if table.stride(1) == 1 else table.contiguous()
+    # The kernels read a row's entries one after the other (contiguous() keeps a one-column table's
+    # stride, which the op takes as it is).
+    return table if table.shape[1] == 1 or table.stride(1) == 1 else table.contiguous()
 
 
 @functools.lru_cache(maxsize=64)

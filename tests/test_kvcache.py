@@ -383,6 +383,28 @@ def test_paged_cache_is_read_in_place(kernel_family, page):
 
 @pytest.mark.gpu
 @requires_gpu
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_column_major_block_table(blocks):
+    """A block table laid out by columns (a transposed tensor): read entry by entry as it is. With
+    one column its row stride is not 1, which torch calls contiguous (a review found the op
+    rejecting it)."""
+    skip_unbuilt(128, torch.bfloat16)
+    gen = torch.Generator(device="cuda").manual_seed(blocks)
+    batch, page = 4, 256
+    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_cache, v_cache = (torch.randn(batch * blocks + 1, page, 2, 128, device="cuda", dtype=torch.bfloat16,
+                                    generator=gen) for _ in range(2))
+    table = torch.randperm(batch * blocks + 1, device="cuda", generator=gen)[: batch * blocks].int()
+    table = table.view(blocks, batch).T
+    assert table.stride(1) != 1
+    kwargs = dict(cache_seqlens=lengths([100, 1, page * blocks - 3, page], "cuda")[:batch], block_table=table)
+    out, lse, _, (out_ref, out_pt, lse_ref, _, _) = run_case(q, k_cache, v_cache, None, None, kwargs)
+    assert_within_rule("out", out, out_ref, out_pt)
+    assert_lse_within(lse, lse_ref)
+
+
+@pytest.mark.gpu
+@requires_gpu
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("nheads_k", [8, 2])
 def test_split_chunks_reach_the_family_of_their_problem(kernel_family, batch, nheads_k):

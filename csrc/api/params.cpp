@@ -96,7 +96,7 @@ Flash_bwd_params bwd_params(const Problem &p, const AttentionOptions &options, c
 void set_paged_params(Flash_fwd_params &params, const PagedKv &paged, const at::Tensor &k) {
     const at::Tensor &table = paged.block_table;
     TORCH_CHECK_VALUE(table.scalar_type() == at::kInt && table.dim() == 2 && table.device() == k.device() &&
-                          table.size(0) > 0 && table.size(1) > 0 && table.stride(1) == 1,
+                          table.size(0) > 0 && table.size(1) > 0 && (table.size(1) == 1 || table.stride(1) == 1),
                       "block_table must be a non-empty (batch, blocks) int32 tensor with contiguous rows on the "
                       "device of k, got ", table.sizes(), " ", table.scalar_type());
     TORCH_CHECK_VALUE(paged.page_size > 0 && paged.page_stride >= paged.page_size && k.size(0) >= paged.page_size,
