@@ -75,7 +75,7 @@ def _(out, lse, batch, splits, heads_outer, alibi_slopes, cu_seqlens_k):
 
 
 @torch.library.register_fake("flash_attn_cuda::kvcache_attention")
-def _(q, packed_q, k_cache, v_cache, block_table, rows_per_slot, cu_seqlens_q, cu_seqlens_k, order, inverse, merge_slopes, splits,
-      grouped, return_lse, *options):
+def _(q, packed_q, k_cache, v_cache, block_table, rows_per_slot, cu_seqlens_q, cu_seqlens_k, order, inverse,
+      merge_slopes, splits, grouped, return_lse, *options):
     batch, seqlen_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q) if return_lse else (0,), dtype=torch.float32)

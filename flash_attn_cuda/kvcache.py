@@ -85,9 +85,13 @@ def flash_attn_with_kvcache(
         window_left, window = window[0], (-1, -1)
     table = None
     if block_table is not None:
-        table = _table_in_place(k_cache, v_cache, block_table, facts["end"], cache_leftpad, window_left, head_dim)
-        if table is None:
-            k_cache, v_cache = (_gathered_pages(c, block_table, facts["end"]) for c in (k_cache, v_cache))
+        used = _used_columns(block_table, k_cache.shape[1], facts["end"])
+        if _pages_read_in_place(k_cache, v_cache, cache_leftpad, window_left, head_dim):
+            # The kernels read a row's entries one after the other (contiguous() keeps a one-column
+            # table's stride, which the op takes as it is).
+            table = used if used.shape[1] == 1 or used.stride(1) == 1 else used.contiguous()
+        else:
+            k_cache, v_cache = (_gathered_pages(c, used) for c in (k_cache, v_cache))
     elif cache_batch_idx is not None and not facts["distinct_slots"]:
         slots = cache_batch_idx.clamp(0, k_cache.shape[0] - 1)
         k_cache, v_cache = (c.index_select(0, slots) for c in (k_cache, v_cache))
@@ -136,8 +140,8 @@ def flash_attn_with_kvcache(
         alibi_slopes = torch.cat((alibi_slopes.reshape((splits + 1) * batch, nheads),
                                   alibi_slopes.new_zeros(1, nheads)))
     chunks = dict(packed_q=packed_q, k_cache=k_cache, v_cache=v_cache, block_table=table, per_slot=per_slot,
-                  cu_q=cu_q, cu_k=cu_k,
-                  order=order, inverse=inverse, merge_slopes=merge_slopes, splits=splits, grouped=grouped)
+                  cu_q=cu_q, cu_k=cu_k, order=order, inverse=inverse, merge_slopes=merge_slopes, splits=splits,
+                  grouped=grouped)
     options = dict(max_seqlen_q=row_count, max_seqlen_k=capacity, softmax_scale=softmax_scale, causal=causal,
                    window_size=window, softcap=softcap, alibi_slopes=alibi_slopes)
     out, lse = (_chunks_attention if q.is_cuda else _chunks_attention_torch)(q, chunks, options, return_softmax_lse)
@@ -160,9 +164,9 @@ def _chunks_attention(q, chunks, options, return_lse):
         q, packed_q = (None if t is None else F.pad(t, (0, padding)) for t in (q, packed_q))
     window_left, window_right = options["window_size"]
     out, lse = _extension.ops().kvcache_attention(
-        q, packed_q, k_cache, v_cache, chunks["block_table"], per_slot, chunks["cu_q"], chunks["cu_k"], chunks["order"], chunks["inverse"],
-        chunks["merge_slopes"], chunks["splits"], chunks["grouped"], return_lse, options["max_seqlen_q"],
-        options["max_seqlen_k"], softmax_scale, options["causal"], window_left, window_right,
+        q, packed_q, k_cache, v_cache, chunks["block_table"], per_slot, chunks["cu_q"], chunks["cu_k"], chunks["order"],
+        chunks["inverse"], chunks["merge_slopes"], chunks["splits"], chunks["grouped"], return_lse,
+        options["max_seqlen_q"], options["max_seqlen_k"], softmax_scale, options["causal"], window_left, window_right,
         float(options["softcap"]), options["alibi_slopes"], False, 0.0, False)
     return (out[..., :head_dim] if padding else out), lse
 
@@ -179,7 +183,7 @@ def _chunks_attention_torch(q, chunks, options, return_lse):
     if chunks["block_table"] is None:
         keys, values = (rows_view(chunks[name], chunks["per_slot"]) for name in ("k_cache", "v_cache"))
     else:
-        keys, values = (_gathered_pages(chunks[name], chunks["block_table"], None).flatten(0, 1)
+        keys, values = (_gathered_pages(chunks[name], chunks["block_table"]).flatten(0, 1)
                         for name in ("k_cache", "v_cache"))
     splits, grouped = chunks["splits"], chunks["grouped"]
     rows = _query_rows(q, grouped, keys.shape[1])
@@ -417,31 +421,28 @@ def _append(k_cache, v_cache, k, v, seqlens, cache_batch_idx, block_table, capac
     v_cache.index_put_(index, v)
 
 
-def _gathered_pages(pages, block_table, end):
-    """A paged cache's blocks per sequence, copied into (batch, blocks * page_block_size, ...):
-    the blocks up to the last row a sequence reaches, or all where that is not known."""
-    page = pages.shape[1]
-    blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / page))
-    return pages[block_table[:, :blocks].long().clamp(0, pages.shape[0] - 1)].flatten(1, 2)
+def _used_columns(block_table, page, end):
+    """block_table's columns up to the last row a sequence reaches (pages of `page` rows), or all
+    where that is not known."""
+    return block_table[:, :block_table.shape[1] if end is None else max(1, math.ceil(end / page))]
 
 
-def _table_in_place(k_cache, v_cache, block_table, end, cache_leftpad, window_left, head_dim):
-    """block_table's columns up to the last row a sequence reaches (all where that is not known),
-    where the forward can read the pages in place, else None (the pages are then gathered). In
-    place, a chunk's keys must start at a multiple of kvcache_layout.SPLIT_ALIGN in its sequence,
-    so not at cache_leftpad or at a sliding window's first key (window_left >= 0, one query row),
-    and the pages' rows must be one view (rows_per_slot) that needs no padding of the head dim.
-    Which page sizes the kernels take is the op's to decide (it gathers the others)."""
+def _gathered_pages(pages, block_table):
+    """A paged cache's pages per sequence, copied into (batch, blocks * page_block_size, ...) in
+    the order of block_table's rows."""
+    return pages[block_table.long().clamp(0, pages.shape[0] - 1)].flatten(1, 2)
+
+
+def _pages_read_in_place(k_cache, v_cache, cache_leftpad, window_left, head_dim):
+    """Whether the forward can read a paged cache's pages in place (else they are gathered): a
+    chunk's keys must start at a multiple of kvcache_layout.SPLIT_ALIGN in its sequence, so not at
+    cache_leftpad or at a sliding window's first key (window_left >= 0, one query row), and the
+    pages' rows must be one view (rows_per_slot) that needs no padding of the head dim. Which page
+    sizes the kernels take is the op's to decide (it gathers the others)."""
     if cache_leftpad is not None or window_left >= 0 or _scale_and_padding(head_dim, 1.0)[1]:
-        return None
+        return False
     page_stride = rows_per_slot(k_cache)
-    if page_stride is None or rows_per_slot(v_cache) != page_stride:
-        return None
-    blocks = block_table.shape[1] if end is None else max(1, math.ceil(end / k_cache.shape[1]))
-    table = block_table[:, :blocks]
-    # The kernels read a row's entries one after the other (contiguous() keeps a one-column table's
-    # stride, which the op takes as it is).
-    return table if table.shape[1] == 1 or table.stride(1) == 1 else table.contiguous()
+    return page_stride is not None and rows_per_slot(v_cache) == page_stride
 
 
 @functools.lru_cache(maxsize=64)
