@@ -10,8 +10,8 @@ Implementations (the caches hold cache_len tokens per sequence, capacity cache_l
   flash_attn_cuda_nosplit  the same with num_splits=1
   flash_attn_cuda_append   a whole decode step: the new token's k and v rotated (rotary_dim 128)
                            and written into the cache, then the attention
-  flash_attn_cuda_paged    the cache in pages of 256 tokens through block_table (which the package
-                           gathers into a contiguous copy per call)
+  flash_attn_cuda_paged    the cache in pages of 256 tokens through block_table (the Hopper family
+                           reads the pages in place; the FA2 family gets a gathered copy per call)
   sdpa_flash, sdpa_cudnn   SDPA on the cache's first cache_len rows (a view), enable_gqa (SDPA
                            efficient and math take no GQA without copies; not run)
   <impl>@graph             impl captured once in a CUDA graph and replayed (how decoding loops run
