@@ -68,7 +68,8 @@ def main():
     runs = {}
     for r in range(args.rounds):
         for tree in round_order(trees, r):
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]))
+            # No empty entry: it would put the working directory's package on the path too.
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
             done = subprocess.run([sys.executable, str(BENCH), *bench_args], env=env, capture_output=True, text=True)
             print(f"== round {r + 1} {tree}: exit {done.returncode}", flush=True)
             if done.returncode != 0:
