@@ -383,6 +383,55 @@ def test_paged_cache_is_read_in_place(kernel_family, page):
 
 @pytest.mark.gpu
 @requires_gpu
+@pytest.mark.parametrize("page", [None, 128, 256])
+@pytest.mark.parametrize("num_splits", [1, 0])
+def test_cache_rows_past_the_keys_never_reach_the_output(kernel_family, page, num_splits):
+    """NaN and inf in every cache row past cache_seqlens (and in the pages no sequence uses) leave a
+    decode step's output and lse bitwise as they are with zeros there, and finite: the KV block that
+    ends a sequence's keys covers such rows, and only zeros in V's copy of them keep 0 * NaN out of
+    O += P V. On the Hopper family the decoding kernels zero those rows in shared memory, so the step
+    builds no per-sequence TMA descriptors (no kernel of its own in the profile)."""
+    skip_unbuilt(128, torch.bfloat16)
+    gen = torch.Generator(device="cuda").manual_seed(3 if page is None else page)
+    batch, capacity, seqlens = 4, 2304, [1000, 333, 2049, 100]
+    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dense_k, dense_v = (torch.randn(batch, capacity, 2, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                        for _ in range(2))
+    kwargs = dict(cache_seqlens=lengths(seqlens, "cuda"), num_splits=num_splits)
+    if page is not None:
+        blocks = capacity // page
+        table = torch.randperm(batch * blocks + 2, device="cuda", generator=gen)[: batch * blocks]
+        kwargs["block_table"] = table.view(batch, blocks).int()
+
+    def cache(dense, past_keys):
+        """The cache of these rows, `past_keys` (each sequence's by turns) in the rows past its keys."""
+        dense = dense.clone()
+        for b, n in enumerate(seqlens):
+            dense[b, n:] = past_keys[b % len(past_keys)]
+        if page is None:
+            return dense
+        pages = torch.full((batch * blocks + 2, page, 2, 128), past_keys[0], device="cuda", dtype=dense.dtype)
+        pages[kwargs["block_table"].view(-1).long()] = dense.view(batch * blocks, page, 2, 128)
+        return pages
+
+    def step(past_keys):
+        k_cache, v_cache = cache(dense_k, past_keys), cache(dense_v, past_keys)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, return_softmax_lse=True, **kwargs)
+            torch.cuda.synchronize()
+        return out, lse, [event.key for event in profile.key_averages()]
+
+    out, lse, _ = step([0.0])
+    dirty_out, dirty_lse, names = step([float("nan"), float("inf"), float("-inf")])
+    assert torch.isfinite(dirty_out).all() and torch.isfinite(dirty_lse).all()
+    assert torch.equal(dirty_out, out) and torch.equal(dirty_lse, lse)
+    assert any("flash_fwd" in name for name in names)
+    if kernel_family == "sm90":
+        assert not any("sequence_tensor_maps" in name for name in names), names
+
+
+@pytest.mark.gpu
+@requires_gpu
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_column_major_block_table(blocks):
     """A block table laid out by columns (a transposed tensor): read entry by entry as it is. With

@@ -449,13 +449,17 @@ def test_varlen_without_query_rows_has_zero_gradients(head_dim, kernel_family):
 @requires_gpu
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_varlen_sequences_are_isolated_from_their_neighbours(head_dim, causal, kernel_family):
+@pytest.mark.parametrize("lengths_q, lengths_k", [([100, 37, 200, 20], [150, 60, 90, 70]),
+                                                  ([1, 64, 17, 5], [300, 600, 257, 1000])],
+                         ids=["prefill", "decoding"])
+def test_varlen_sequences_are_isolated_from_their_neighbours(head_dim, causal, lengths_q, lengths_k, kernel_family):
     """NaN in one sequence's q, k, v and dout and inf in another's leave the remaining sequences'
     outputs and gradients bitwise as they are with finite values there. A tile that ends inside a KV
-    block or a Q block covers a neighbour's rows; only zeros there keep 0 * NaN out of the GEMMs."""
+    block or a Q block covers a neighbour's rows; only zeros there keep 0 * NaN out of the GEMMs.
+    "decoding": at most 64 rows per sequence against more keys (the Hopper forward's split-block
+    kernels, which zero V's rows past a sequence in shared memory)."""
     dtype = torch.bfloat16
     skip_unbuilt(head_dim, dtype)
-    lengths_q, lengths_k = [100, 37, 200, 20], [150, 60, 90, 70]
     q, k, v, dout = random_varlen(lengths_q, lengths_k, 4, 2, head_dim, dtype, seed=19)
 
     def poisoned(t, lengths):

@@ -332,6 +332,14 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 softmax_step(n_block, cute::false_type{}, cute::true_type{});
                 max_settled = true;
             }
+            if constexpr (kSplit) {
+                const int keys_in_block = binfo.seqlen_k - n_block * Traits::kBlockN;
+                if (keys_in_block < Traits::kBlockN) {
+                    pipeline_v.consumer_wait(v_state);
+                    zero_v_rows_past_keys<Traits>(sVt(_, _, v_state.index()), keys_in_block, ctid % 128,
+                                                  uint32_t(FwdBarrier::kOwnOfWarpgroup0) + warpgroup);
+                }
+            }
             convert_p();
 
             for (next_own_block(); n_block >= own_blocks.begin;) {

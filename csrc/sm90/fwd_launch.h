@@ -45,7 +45,7 @@ void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms,
             return;
         }
     }
-    if (params.cu_seqlens_q != nullptr) {
+    if (params.cu_seqlens_q != nullptr && !Traits::kSplitBlocks) {  // fwd_split_blocks.h zeroes V's tails
         kp.sequence_maps = flash::sm90::build_fwd_sequence_maps(kp, stream);
         if (cudaPeekAtLastError() != cudaSuccess) {
             return;  // without the descriptors the kernel would load through uninitialized memory

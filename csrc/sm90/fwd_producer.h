@@ -122,10 +122,11 @@ __device__ __forceinline__ void fwd_producer(FwdKernelParams<Traits> const &kp,
                 } else {
                     const int key = n_block * Traits::kBlockN;
                     const int k_tile = pages.row(key, block_entry) / Traits::kBlockN;
-                    if (key + Traits::kBlockN <= binfo.seqlen_k) {
+                    if (key + Traits::kBlockN <= binfo.seqlen_k || !maps.per_sequence()) {
                         return BlockLoad{k_tile, k_tile, false};
                     }
-                    // Past the keys: V from the last page's own descriptor, which fills zeros.
+                    // Past the keys: V from the last page's own descriptor, which fills zeros (the
+                    // split-block kernels have none and zero those rows themselves).
                     return BlockLoad{k_tile, (key - pages.tail_key(binfo.seqlen_k)) / Traits::kBlockN, true};
                 }
             };

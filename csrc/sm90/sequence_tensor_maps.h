@@ -3,7 +3,9 @@
 // above its sequence) loads the neighbouring sequence's rows, which the GEMMs multiply by zeros; an
 // inf or NaN there would reach this sequence's results (0 * inf is NaN). With the sequence's own
 // extent the TMA fills those rows with zeros, as the FA2 family's predicated loads do. Paged K and V
-// (paged_keys.h): a sequence's descriptor spans the page of its last key, up to that key.
+// (paged_keys.h): a sequence's descriptor spans the page of its last key, up to that key. The
+// forward's split-block kernels zero V's rows past a sequence in shared memory instead
+// (fwd_split_blocks.h) and use none.
 // A small kernel builds the descriptors from the packed ones before each main kernel, into the
 // workspace (workspace.h); the load thread acquires each before its first load through it. It is
 // launched dependent on the kernel before it (which may have written cu_seqlens) and lets the
