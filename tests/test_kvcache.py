@@ -385,19 +385,21 @@ def test_paged_cache_is_read_in_place(kernel_family, page):
 @requires_gpu
 @pytest.mark.parametrize("page", [None, 128, 256])
 @pytest.mark.parametrize("num_splits", [1, 0])
-def test_cache_rows_past_the_keys_never_reach_the_output(kernel_family, page, num_splits):
+@pytest.mark.parametrize("seqlen_q", [1, 100])
+def test_cache_rows_past_the_keys_never_reach_the_output(kernel_family, page, num_splits, seqlen_q):
     """NaN and inf in every cache row past cache_seqlens (and in the pages no sequence uses) leave a
-    decode step's output and lse bitwise as they are with zeros there, and finite: the KV block that
-    ends a sequence's keys covers such rows, and only zeros in V's copy of them keep 0 * NaN out of
-    O += P V. On the Hopper family the decoding kernels zero those rows in shared memory, so the step
-    builds no per-sequence TMA descriptors (no kernel of its own in the profile)."""
+    step's output and lse bitwise as they are with zeros there, and finite: the KV block that ends a
+    sequence's keys covers such rows, and only zeros in V's copy of them keep 0 * NaN out of O += P V.
+    The Hopper family zeroes those rows in shared memory (decoding, one query row: its split-block
+    kernels; 100 causal rows: the others, where only the lower warpgroups see the last block), so the step builds no per-sequence TMA descriptors (no kernel of
+    its own in the profile)."""
     skip_unbuilt(128, torch.bfloat16)
     gen = torch.Generator(device="cuda").manual_seed(3 if page is None else page)
     batch, capacity, seqlens = 4, 2304, [1000, 333, 2049, 100]
-    q = torch.randn(batch, 1, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q = torch.randn(batch, seqlen_q, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
     dense_k, dense_v = (torch.randn(batch, capacity, 2, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
                         for _ in range(2))
-    kwargs = dict(cache_seqlens=lengths(seqlens, "cuda"), num_splits=num_splits)
+    kwargs = dict(cache_seqlens=lengths(seqlens, "cuda"), num_splits=num_splits, causal=seqlen_q > 1)
     if page is not None:
         blocks = capacity // page
         table = torch.randperm(batch * blocks + 2, device="cuda", generator=gen)[: batch * blocks]
