@@ -390,9 +390,9 @@ def test_cache_rows_past_the_keys_never_reach_the_output(kernel_family, page, nu
     """NaN and inf in every cache row past cache_seqlens (and in the pages no sequence uses) leave a
     step's output and lse bitwise as they are with zeros there, and finite: the KV block that ends a
     sequence's keys covers such rows, and only zeros in V's copy of them keep 0 * NaN out of O += P V.
-    The Hopper family zeroes those rows in shared memory (decoding, one query row: its split-block
-    kernels; 100 causal rows: the others, where only the warpgroups of the last rows see the last block), so the step builds no per-sequence TMA descriptors (no kernel of
-    its own in the profile)."""
+    The Hopper family zeroes those rows in shared memory (one query row: its split-block kernels; 100
+    causal rows: the others, where only the warpgroups of the last rows see the last block), so the
+    step builds no per-sequence TMA descriptors (no kernel of its own in the profile)."""
     skip_unbuilt(128, torch.bfloat16)
     gen = torch.Generator(device="cuda").manual_seed(3 if page is None else page)
     batch, capacity, seqlens = 4, 2304, [1000, 333, 2049, 100]
