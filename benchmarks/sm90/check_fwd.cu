@@ -366,7 +366,7 @@ static bool run_case(const Case &cs, cudaStream_t stream, uint64_t seed) {
     CUDA_CHECK(cudaMemcpy(d_seqs, seqs.data(), batch * sizeof(SeqDesc), cudaMemcpyHostToDevice));
     void *workspace;
     const size_t workspace_bytes =
-        std::max<size_t>(flash::sm90::fwd_workspace_size(cs.causal), 1);
+        std::max<size_t>(flash::sm90::fwd_workspace_size(cs.causal, cs.varlen ? batch : 0), 1);
     CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
     CUDA_CHECK(cudaMemsetAsync(workspace, 0xff, workspace_bytes, stream));
 
@@ -564,7 +564,7 @@ static int bench(int only_seqlen, int rows_q) {
                 CUDA_CHECK(cudaMalloc(&o, n_q * 2));
                 CUDA_CHECK(cudaMalloc(&lse, int64_t(batch) * heads * sq * 4));
                 void *workspace;
-                CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(flash::sm90::fwd_workspace_size(causal), 1)));
+                CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(flash::sm90::fwd_workspace_size(causal, 0), 1)));
                 Flash_fwd_params p{};
                 p.o_ptr = o;
                 p.fwd_workspace = workspace;

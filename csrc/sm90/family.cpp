@@ -94,7 +94,7 @@ BwdWorkspace bwd_workspace(const Flash_bwd_params &params, bool deterministic) {
 }
 
 size_t fwd_workspace_bytes(const Flash_fwd_params &params) {
-    return fwd_workspace_size(params.is_causal);
+    return fwd_workspace_size(params.is_causal, params.cu_seqlens_q != nullptr ? params.batch : 0);
 }
 
 bool run_fwd(Flash_fwd_params &params, cudaStream_t stream) {

@@ -14,7 +14,6 @@
 #include "sm90/fwd_epilogue.h"
 #include "sm90/fwd_params.h"
 #include "sm90/fwd_split_blocks.h"
-#include "sm90/fwd_v_tail.h"
 #include "sm90/tile_queue.h"
 #include "sm90/tile_work.h"
 #include "sm90/warpgroup_turns.h"
@@ -95,7 +94,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
     };
 
     int epilogues = 0;
-    uint32_t v_tail_phase = 0;  // fwd_v_tail.h
     ConsumerTiles<Traits::kDynamicTiles> tiles(shared.tile_ring, kp.scheduler.num_tiles);
     for (int64_t tile = tiles.first(); tile < kp.scheduler.num_tiles; tile = tiles.next()) {
         const TileWork<kIsCausal> work = tile_work<Traits, kIsCausal>(kp, tile);
@@ -118,7 +116,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
         auto needs_mask = [&](int n_block) __attribute__((always_inline)) {
             return mask.needed(wg_row0, n_block * Traits::kBlockN, 64, Traits::kBlockN);
         };
-        const VTail<Traits, kIsCausal> v_tail{work};
 
         // Line 5: O = 0, l = 0, m = -inf.
         Tensor acc_o = partition_fragment_C(mma_o, Shape<BlockM, HeadDim>{});
@@ -335,14 +332,15 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
                 softmax_step(n_block, cute::false_type{}, cute::true_type{});
                 max_settled = true;
             }
-            convert_p();
-            // After P's conversion, which frees the fp32 scores' registers (before it, the d = 64 tall
-            // kernels spill).
-            if (v_tail.read_by(warpgroup, own_blocks)) {  // n_block is that block
-                pipeline_v.consumer_wait(v_state);
-                v_tail.zero_and_wait(sVt(_, _, v_state.index()), warpgroup, &shared.v_tail_zeroed, v_tail_phase,
-                                     ctid % 128);
+            if constexpr (kSplit) {
+                const int keys_in_block = binfo.seqlen_k - n_block * Traits::kBlockN;
+                if (keys_in_block < Traits::kBlockN) {
+                    pipeline_v.consumer_wait(v_state);
+                    zero_v_rows_past_keys<Traits>(sVt(_, _, v_state.index()), keys_in_block, ctid % 128,
+                                                  uint32_t(FwdBarrier::kOwnOfWarpgroup0) + warpgroup);
+                }
             }
+            convert_p();
 
             for (next_own_block(); n_block >= own_blocks.begin;) {
                 for (; n_block >= own_blocks.begin && needs_mask(n_block); next_own_block()) {
@@ -399,7 +397,6 @@ __device__ __forceinline__ void fwd_consumer(FwdKernelParams<Traits> const &kp,
             pending_q_state = q_state;
         }
         ++q_state;
-        v_tail_phase ^= v_tail.has_readers();
     }
     // The last O store has read its shared memory before the block exits.
     if (ctid % 128 == 0) {

@@ -61,9 +61,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
             shared.o_turns.init();
         }
     }
-    if (threadIdx.x == 0) {
-        cutlass::arch::ClusterBarrier::init(&shared.v_tail_zeroed, 128);  // one warpgroup's threads
-    }
     cutlass::arch::fence_barrier_init();
     __syncthreads();
     // Launched dependent (fwd_launch.h): what the kernel before wrote is read from here on; the

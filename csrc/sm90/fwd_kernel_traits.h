@@ -153,7 +153,6 @@ struct FwdKernelTraits {
         typename PipelineKV::SharedStorage pipeline_v;
         std::conditional_t<kDynamicTiles, TileRing, NoTileRing> tile_ring;
         float2 softmax_fence[kNumConsumerThreads];  // wgmma_utils.h, wait_below
-        uint64_t v_tail_zeroed;                      // fwd_v_tail.h
         // Ahead of the 1024-aligned O buffer, whose padding takes its byte in the other kernels (at d = 256
         // a member after that buffer would round the storage up by 1 KB, past the limit).
         std::conditional_t<kSplitBlocks, SplitRowStats, NoOBuffer> split_stats;

@@ -1,6 +1,6 @@
 // Host entry of the Hopper forward: TMA descriptors from the parameters, then one persistent
-// block per SM (fewer when there are fewer tiles), launched dependent on the kernel before it (a
-// decoding step's layout kernel), so that its blocks set up while that one runs.
+// block per SM (fewer when there are fewer tiles), launched dependent on the kernel before it (the
+// varlen descriptors' kernel), so that its blocks set up while that one runs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +43,12 @@ void launch_fwd_sm90(Flash_fwd_params &params, cudaStream_t stream, int num_sms,
     if constexpr (Traits::kDynamicTiles) {
         if (cudaMemsetAsync(params.fwd_workspace, 0, sizeof(flash::sm90::TileCounter), stream) != cudaSuccess) {
             return;
+        }
+    }
+    if (params.cu_seqlens_q != nullptr && !Traits::kSplitBlocks) {  // fwd_split_blocks.h zeroes V's tails
+        kp.sequence_maps = flash::sm90::build_fwd_sequence_maps(kp, stream);
+        if (cudaPeekAtLastError() != cudaSuccess) {
+            return;  // without the descriptors the kernel would load through uninitialized memory
         }
     }
     const int grid = int(std::min<int64_t>(kp.scheduler.num_tiles, num_sms));

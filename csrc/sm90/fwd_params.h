@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/flash.h"
+#include "sm90/sequence_tensor_maps.h"
 #include "sm90/tile_scheduler.h"
 #include "sm90/tma_tensors.h"
 
@@ -23,7 +24,13 @@ struct FwdKernelParams {
     typename Traits::ShapeRows shape_q, shape_k, shape_o;
     typename Traits::ShapeCols shape_v;
     TileScheduler scheduler;
+    // Varlen: each sequence's descriptor of V (kFwdSequenceMaps); else null. The forward needs no
+    // other: rows of Q are independent, and a neighbour's keys get masked scores, replaced by -inf
+    // whatever they were; only V's rows meet zeros of P in a GEMM.
+    TmaDescriptor const *sequence_maps;
 };
+
+enum FwdMap { kFwdMapV };
 
 // l2_budget_bytes: the K and V the tiles running at once should share (tile_scheduler.h).
 template <class Traits>
@@ -35,7 +42,8 @@ FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_
     GmemRows k{p.k_ptr, e.rows_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.num_heads_k, e.batch};
     GmemRows v{p.v_ptr, e.rows_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.num_heads_k, e.batch};
     if (e.rows_k <= 0) {
-        // No keys: no K or V tile is ever loaded, but a descriptor needs a non-empty tensor.
+        // No keys: no K or V tile is ever loaded (nor through the per-sequence descriptors that
+        // varlen builds from these), but a descriptor needs a non-empty tensor.
         k = v = q;
     }
 
@@ -57,8 +65,18 @@ FwdKernelParams<Traits> make_fwd_kernel_params(Flash_fwd_params const &p, int64_
                             // K and V of one query head: its KV head's, shared by the group.
                             int64_t(p.seqlen_k) * Traits::kHeadDim * 2 * sizeof(Element) /
                                 (p.num_heads / p.num_heads_k),
-                            l2_budget_bytes)};
+                            l2_budget_bytes),
+        nullptr};
     return kp;
+}
+
+// Varlen: each sequence's descriptor of V, built on stream into params.fwd_workspace.
+template <class Traits>
+TmaDescriptor const *build_fwd_sequence_maps(FwdKernelParams<Traits> const &kp, cudaStream_t stream) {
+    using Element = typename Traits::Element;
+    Flash_fwd_params const &p = kp.params;
+    const PackedTensor tensors[kFwdSequenceMaps] = {packed_tensor<Element>(kp.tma_v, p.v_ptr, p.v_row_stride, false)};
+    return build_sequence_tensor_maps<tma_dim_of_mode<typename Traits::TmaV, 1>>(p, p.fwd_workspace, tensors, stream);
 }
 
 }  // namespace flash::sm90

@@ -16,6 +16,26 @@
 
 namespace flash::sm90 {
 
+// These kernels load V through the packed tensor's descriptor (no per-sequence one, sequence_tensor_maps.h):
+// the KV block that ends a sequence's keys covers rows past them (the next sequence's, a cache's
+// unwritten rows), which the TMA brings in as they are. P is 0 there, but 0 * NaN is NaN, so the
+// warpgroup that reads the block (the only one: each reads its own blocks) sets those rows of the V
+// stage (sVt: (d, keys)) to zero before its P V, rows first_row up to the block's end. The zeros are
+// generic-proxy stores, made visible to the wgmma's reads (async proxy) by each thread's fence and
+// the warpgroup's barrier.
+template <class Traits, class SVt>
+__device__ __forceinline__ void zero_v_rows_past_keys(SVt &&sVt, int first_row, int wtid, uint32_t barrier) {
+    constexpr int kChunkElems = 16 / sizeof(typename Traits::Element);  // a 16-byte store's, contiguous in the swizzle
+    constexpr int kChunksPerRow = Traits::kHeadDim / kChunkElems;
+    const int chunks = (Traits::kBlockN - first_row) * kChunksPerRow;
+    for (int i = wtid; i < chunks; i += 128) {
+        const int row = first_row + i / kChunksPerRow;
+        *reinterpret_cast<uint4 *>(&sVt(i % kChunksPerRow * kChunkElems, row)) = make_uint4(0, 0, 0, 0);
+    }
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(128, barrier);
+}
+
 // The tile's Q buffer as fp32: thread t's i-th value at i * 128 + t (no bank conflicts). It is free
 // once both warpgroups' GEMMs of the tile are done, until warpgroup 0 stores O through it.
 template <class Traits>

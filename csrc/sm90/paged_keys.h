@@ -35,6 +35,13 @@ class PagedKeys {
         return max(0, min(entry, last_page_)) * page_stride_ + (first_key_ + key) % page_size_;
     }
 
+    // Of a sequence of `keys` keys: the key at the first row of the page that holds its last key.
+    // A block that ends past the keys lies in that page, and loads its V through a descriptor of
+    // the page's rows up to the last key (sequence_tensor_maps.h), whose extent (keys - tail_key)
+    // makes the TMA fill the rest with zeros, as V's rows past a sequence must be (0 * NaN is NaN;
+    // the split-block kernels zero them in shared memory instead).
+    __device__ int tail_key(int keys) const { return (first_key_ + keys - 1) / page_size_ * page_size_ - first_key_; }
+
   private:
     const int *table_;
     int first_key_ = 0, last_entry_ = 0;

@@ -1,9 +1,11 @@
-// Varlen backward problems: a TMA descriptor per sequence and loaded tensor (Q, dO, K, V), whose
-// rows are that sequence's alone. Through the packed tensor's descriptor, a tile that ends inside a
-// block (or, causal, starts above its sequence) loads the neighbouring sequence's rows, which the
-// GEMMs multiply by zeros; an inf or NaN there would reach this sequence's results (0 * inf is NaN).
-// With the sequence's own extent the TMA fills those rows with zeros, as the FA2 family's predicated
-// loads do. (The forward zeroes V's rows past a sequence in shared memory instead, fwd_v_tail.h.)
+// Varlen problems: a TMA descriptor per sequence and loaded tensor, whose rows are that sequence's
+// alone. Through the packed tensor's descriptor, a tile that ends inside a block (or, causal, starts
+// above its sequence) loads the neighbouring sequence's rows, which the GEMMs multiply by zeros; an
+// inf or NaN there would reach this sequence's results (0 * inf is NaN). With the sequence's own
+// extent the TMA fills those rows with zeros, as the FA2 family's predicated loads do. Paged K and V
+// (paged_keys.h): a sequence's descriptor spans the page of its last key, up to that key. The
+// forward's split-block kernels zero V's rows past a sequence in shared memory instead
+// (fwd_split_blocks.h) and use none.
 // A small kernel builds the descriptors from the packed ones before each main kernel, into the
 // workspace (workspace.h); the load thread acquires each before its first load through it. It is
 // launched dependent on the kernel before it (which may have written cu_seqlens) and lets the
@@ -19,6 +21,7 @@
 #include "common/block_info.h"
 #include "common/dependent_launch.h"
 #include "common/flash.h"
+#include "sm90/paged_keys.h"
 #include "sm90/workspace.h"
 
 namespace flash::sm90 {
@@ -94,9 +97,17 @@ __global__ void build_sequence_tensor_maps_kernel(__grid_constant__ const Sequen
     for (int i = 0; i < int(sizeof(TmaDescriptor) / sizeof(uint4)); ++i) {
         reinterpret_cast<uint4 *>(map)[i] = reinterpret_cast<uint4 const *>(&src.desc)[i];
     }
-    const int start = src.rows_of_q ? binfo.q_start : binfo.k_start;
+    int start = src.rows_of_q ? binfo.q_start : binfo.k_start;
+    int rows = src.rows_of_q ? binfo.seqlen_q : binfo.seqlen_k;
+    const PagedKeys pages(args.params, binfo.k_start);
+    if (!src.rows_of_q && pages.paged() && rows > 0) {
+        // Paged: the page of the sequence's last key, up to that key (paged_keys.h).
+        const int tail = pages.tail_key(rows);
+        start = pages.row(tail, pages.entry(tail));
+        rows -= tail;
+    }
     // An empty sequence's descriptor is never loaded from, but its extent must be positive.
-    const int rows = max(src.rows_of_q ? binfo.seqlen_q : binfo.seqlen_k, 1);
+    rows = max(rows, 1);
     asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" ::"l"(map),
                  "l"(src.ptr + start * src.row_bytes)
                  : "memory");

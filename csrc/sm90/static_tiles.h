@@ -29,6 +29,11 @@ struct StaticTiles {
         slot = slot + 1 == int(gridDim.x) ? 0 : slot + 1;
         return current();
     }
+    // The index next() will return.
+    __device__ __forceinline__ int64_t peek() const {
+        StaticTiles ahead = *this;
+        return ahead.next();
+    }
     __device__ __forceinline__ int64_t current() const {
         return round_first + (round_first + gridDim.x > num_tiles ? int(blockIdx.x) : slot);
     }

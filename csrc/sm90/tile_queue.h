@@ -87,12 +87,15 @@ struct ProducerTiles<true> {
     __device__ __forceinline__ ProducerTiles(TileRing &ring_, CounterField const &counter_, int64_t)
         : ring(ring_), counter(counter_) {}
     __device__ __forceinline__ int64_t first() const { return blockIdx.x; }
-    // Once per tile, before next(): the atomic's result is first read there.
+    // Once per tile, before next(): the atomic's result is first read there, or by peek() at the
+    // end of a varlen tile (fwd_producer.h), after the tile's last loads.
     __device__ __forceinline__ void claim() {
         claimed = atomicAdd(static_cast<TileCounter *>(counter), TileCounter(1));
     }
+    // The index next() will return, once the tile's claim() is made.
+    __device__ __forceinline__ int64_t peek() const { return int64_t(gridDim.x) + int64_t(claimed); }
     __device__ __forceinline__ int64_t next() {
-        const int64_t tile = warp_uniform(int64_t(gridDim.x) + int64_t(claimed), 1u);
+        const int64_t tile = warp_uniform(peek(), 1u);
         const int s = ring_slot(handed_over);
         cutlass::arch::ClusterBarrier::wait(&ring.empty[s], ring_phase(handed_over) ^ 1);
         ring.tile[s] = tile;

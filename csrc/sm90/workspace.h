@@ -1,7 +1,7 @@
 // The Hopper family's global scratch memory, in both directions (Flash_fwd_params::fwd_workspace,
 // Flash_bwd_params::bwd_scratch): the counter from which the blocks take their tiles under the
-// dynamic schedule (tile_queue.h) in the first slot, then, for varlen backward problems, a TMA
-// descriptor per sequence and loaded tensor (sequence_tensor_maps.h). Plain C++, for the host code (family.cpp, the
+// dynamic schedule (tile_queue.h) in the first slot, then, for varlen problems, a TMA descriptor per
+// sequence and loaded tensor (sequence_tensor_maps.h). Plain C++, for the host code (family.cpp, the
 // standalone harness) as well as the kernels.
 #pragma once
 
@@ -22,8 +22,8 @@ using TileCounter = unsigned long long;
 // A TMA descriptor's size, and the alignment the tensormap instructions need.
 constexpr size_t kTensorMapBytes = 128;
 
-// The descriptors per sequence of the backward: Q, dO, K and V. The forward needs none
-// (fwd_v_tail.h).
+// The descriptors per sequence: V (forward); Q, dO, K and V (backward).
+constexpr int kFwdSequenceMaps = 1;
 constexpr int kBwdSequenceMaps = 4;
 
 // Where the descriptors start in a workspace: the counter has the first slot.
@@ -37,6 +37,8 @@ constexpr size_t workspace_size(bool counter, int varlen_sequences, int maps_per
                                 : 0;
 }
 
-constexpr size_t fwd_workspace_size(bool is_causal) { return workspace_size(dynamic_tiles(is_causal), 0, 0); }
+constexpr size_t fwd_workspace_size(bool is_causal, int varlen_sequences) {
+    return workspace_size(dynamic_tiles(is_causal), varlen_sequences, kFwdSequenceMaps);
+}
 
 }  // namespace flash::sm90
