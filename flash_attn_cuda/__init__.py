@@ -2,23 +2,7 @@
 
 __version__ = "0.1.0"
 
-from flash_attn_cuda.interface import (
-    flash_attn_func,
-    flash_attn_kvpacked_func,
-    flash_attn_qkvpacked_func,
-    flash_attn_varlen_func,
-    flash_attn_varlen_kvpacked_func,
-    flash_attn_varlen_qkvpacked_func,
-)
-from flash_attn_cuda.kvcache import flash_attn_with_kvcache
+from flash_attn_cuda import flash_attn_interface
+from flash_attn_cuda.flash_attn_interface import *  # noqa: F401,F403 (the public functions)
 
-__all__ = [
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_with_kvcache",
-    "__version__",
-]
+__all__ = [*flash_attn_interface.__all__, "__version__"]

@@ -1,6 +1,7 @@
-"""Padding helpers for the variable-length entry points, with flash-attn 2.x's names and semantics:
-unpad_input turns a padded (batch, seqlen, ...) tensor and its mask into packed tokens plus the
-cu_seqlens the varlen functions take; pad_input scatters packed tokens back.
+"""Padding helpers for the variable-length entry points, with flash-attn 2.x's names and semantics
+(flash_attn.bert_padding, 2.7 on): unpad_input turns a padded (batch, seqlen, ...) tensor and its
+mask into packed tokens plus the cu_seqlens the varlen functions take; pad_input scatters packed
+tokens back; unpad_input_for_concatenated_sequences packs rows that hold several sequences each.
 
 Gathers and scatters along the first axis are autograd Functions whose backward is the matching
 scatter or gather of the same unique indices (no accumulation, so no atomics). Indices may be int32
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 
-class _IndexFirstAxis(torch.autograd.Function):
+class IndexFirstAxis(torch.autograd.Function):
     """input[indices] along the first axis."""
 
     @staticmethod
@@ -28,7 +29,7 @@ class _IndexFirstAxis(torch.autograd.Function):
         return grad_input, None
 
 
-class _IndexPutFirstAxis(torch.autograd.Function):
+class IndexPutFirstAxis(torch.autograd.Function):
     """A zero tensor of first_axis_dim rows with values at the rows indices."""
 
     @staticmethod
@@ -47,7 +48,13 @@ class _IndexPutFirstAxis(torch.autograd.Function):
 
 def index_first_axis(input, indices):
     """input[indices] for a 1-D int32 or int64 tensor of unique indices into input's first axis."""
-    return _IndexFirstAxis.apply(input, indices)
+    return IndexFirstAxis.apply(input, indices)
+
+
+def index_put_first_axis(values, indices, first_axis_dim):
+    """A zero tensor of first_axis_dim rows (values' other dims) with values[i] at row indices[i]
+    (unique indices)."""
+    return IndexPutFirstAxis.apply(values, indices, first_axis_dim)
 
 
 def unpad_input(hidden_states, attention_mask, unused_mask=None):
@@ -74,8 +81,33 @@ def unpad_input(hidden_states, attention_mask, unused_mask=None):
     return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
 
 
+def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_length):
+    """Rows that each hold several sequences one after another (packed samples), as flash-attn's
+    function of the name: attention_mask_in_length (batch, seqlen) int holds, at the start of row
+    b, the lengths of the sequences in row b, then zeros; e.g. [[2, 3, 0, 0, 0, 0], [6, 0, 0, 0, 0,
+    0]] for two sequences of 2 and 3 tokens in row 0 (tokens 0-4) and one of 6 in row 1.
+
+    Returns (hidden_states (total, ...): the rows' first sum(lengths) tokens, indices (total,)
+    int64 into the flattened (batch * seqlen) positions, cu_seqlens (sequences + 1,) int32 over every
+    sequence of every row, max_seqlen (int)): four values, as flash-attn's."""
+    if attention_mask_in_length.shape != hidden_states.shape[:2]:
+        raise ValueError(
+            f"attention_mask_in_length must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
+            f"got {tuple(attention_mask_in_length.shape)}"
+        )
+    lengths = attention_mask_in_length.flatten()
+    seqlens = lengths[lengths != 0].to(torch.int32)
+    tokens_per_row = attention_mask_in_length.sum(dim=-1)
+    positions = torch.arange(hidden_states.shape[1], device=attention_mask_in_length.device)
+    indices = torch.nonzero((positions.unsqueeze(0) < tokens_per_row.unsqueeze(1)).flatten()).flatten()
+    max_seqlen = int(seqlens.max().item()) if seqlens.numel() else 0
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen
+
+
 def pad_input(hidden_states, indices, batch, seqlen):
     """hidden_states (total_nnz, ...) at the flattened positions indices -> (batch, seqlen, ...),
     zero elsewhere."""
-    output = _IndexPutFirstAxis.apply(hidden_states, indices, batch * seqlen)
+    output = index_put_first_axis(hidden_states, indices, batch * seqlen)
     return output.view(batch, seqlen, *hidden_states.shape[1:])

@@ -31,8 +31,8 @@ def flash_attn_func(
     dropout_p drops attention probabilities with a Philox generator seeded from torch's CUDA
     generator (torch.manual_seed reproduces a run); the backward regenerates the same mask.
     Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, S_dmask) with
-    return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32 and S_dmask None
-    without dropout; with it, as flash-attn (for tests): (batch, nheads, seqlen_q and seqlen_k
+    return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32 and S_dmask an empty
+    tensor without dropout (flash-attn 2.7 on); with it, as flash-attn (for tests): (batch, nheads, seqlen_q and seqlen_k
     rounded up to 128), each visited key block's exp(scores - running max), negated where dropped
     (decode with _get_block_size_n).
     deterministic=True makes the backward pass accumulate dq in a fixed order (bitwise
@@ -73,7 +73,7 @@ def _attention(*, q=None, k=None, v=None, packed=None, cu_seqlens_q=None, cu_seq
         out = out[..., :head_dim]
     if not return_attn_probs:
         return out
-    return out, softmax_lse, (s_dmask if dropout_p > 0 else None)
+    return out, softmax_lse, s_dmask  # without dropout the op's empty tensor, as flash-attn 2.7 on
 
 
 def _scale_and_padding(head_dim, softmax_scale):

@@ -1,9 +1,17 @@
-"""unpad_input / pad_input / index_first_axis against plain loops and autograd (CPU)."""
+"""bert_padding's helpers (flash-attn's names) against plain loops and autograd (CPU)."""
 
 import pytest
 import torch
 
-from flash_attn_cuda.bert_padding import index_first_axis, pad_input, unpad_input
+from flash_attn_cuda.bert_padding import (
+    IndexFirstAxis,
+    IndexPutFirstAxis,
+    index_first_axis,
+    index_put_first_axis,
+    pad_input,
+    unpad_input,
+    unpad_input_for_concatenated_sequences,
+)
 
 
 def random_mask(batch, seqlen, lengths):
@@ -97,3 +105,53 @@ def test_int32_indices_as_transformers_passes_them():
         assert torch.equal(padded, hidden * mask[..., None])
         padded.sum().backward()
         assert torch.equal(values.grad, torch.ones_like(unpadded))
+
+
+def test_concatenated_sequences_follow_flash_attns_example():
+    """flash-attn's documented example: rows holding sequences of 2 and 3, 3 and 2, and 6 tokens."""
+    hidden = torch.arange(3 * 6, dtype=torch.float32).view(3, 6, 1)
+    lengths = torch.tensor([[2, 3, 0, 0, 0, 0], [3, 2, 0, 0, 0, 0], [6, 0, 0, 0, 0, 0]], dtype=torch.int32)
+    result = unpad_input_for_concatenated_sequences(hidden, lengths)
+    assert len(result) == 4
+    unpadded, indices, cu_seqlens, max_seqlen = result
+    kept = [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17]
+    assert indices.dtype == torch.int64 and indices.tolist() == kept
+    assert unpadded.flatten().tolist() == [float(i) for i in kept]
+    assert cu_seqlens.dtype == torch.int32 and cu_seqlens.tolist() == [0, 2, 5, 8, 10, 16]
+    assert max_seqlen == 6 and isinstance(max_seqlen, int)
+
+
+def test_concatenated_sequences_round_trip_through_pad_input():
+    """pad_input puts the packed tokens back at their positions, zeros past each row's sequences;
+    the gradient reaches exactly the packed positions."""
+    gen = torch.Generator().manual_seed(5)
+    hidden = torch.randn(2, 5, 3, generator=gen, requires_grad=True)
+    lengths = torch.tensor([[1, 1, 2, 0, 0], [0, 0, 0, 0, 0]])
+    unpadded, indices, cu_seqlens, max_seqlen = unpad_input_for_concatenated_sequences(hidden, lengths)
+    assert cu_seqlens.tolist() == [0, 1, 2, 4] and max_seqlen == 2
+    padded = pad_input(unpadded, indices, 2, 5)
+    expected = torch.zeros(2, 5, 3)
+    expected[0, :4] = hidden.detach()[0, :4]
+    assert torch.equal(padded, expected)
+    padded.sum().backward()
+    grad = torch.zeros(2, 5, 3)
+    grad[0, :4] = 1.0
+    assert torch.equal(hidden.grad, grad)
+
+
+def test_concatenated_sequences_reject_a_mask_of_another_shape():
+    with pytest.raises(ValueError, match="attention_mask_in_length"):
+        unpad_input_for_concatenated_sequences(torch.zeros(2, 5, 3), torch.zeros(2, 4, dtype=torch.int32))
+
+
+def test_index_put_first_axis_scatters_and_gathers_back():
+    """flash-attn's index_put_first_axis: values at the given rows of a zero tensor; the gradient
+    of the values is the output's gradient at those rows."""
+    values = torch.arange(6, dtype=torch.float32).view(3, 2).requires_grad_()
+    indices = torch.tensor([4, 0, 2], dtype=torch.int32)
+    out = index_put_first_axis(values, indices, 5)
+    assert out.tolist() == [[2.0, 3.0], [0.0, 0.0], [4.0, 5.0], [0.0, 0.0], [0.0, 1.0]]
+    (out * torch.arange(10, dtype=torch.float32).view(5, 2)).sum().backward()
+    assert values.grad.tolist() == [[8.0, 9.0], [0.0, 1.0], [4.0, 5.0]]
+    assert IndexPutFirstAxis.apply(values, indices, 5).tolist() == out.tolist()
+    assert torch.equal(IndexFirstAxis.apply(out, indices), values.detach())

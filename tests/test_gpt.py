@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import flash_attn_cuda
 from conftest import requires_gpu, skip_unbuilt
 from flash_attn_cuda.models import GPT, GPT3_CONFIGS, GPTConfig, flops_per_token
-from flash_attn_cuda.modules import MHA, causal_attention
+from flash_attn_cuda.modules import MHA, attention
 from flash_attn_cuda.reference import attention_ref
 
 TINY = GPTConfig(n_layers=2, hidden=128, n_heads=2, vocab_size=97, max_seqlen=128)  # head dim 64
@@ -113,13 +113,36 @@ def test_sdpa_impls_run_under_their_backend_only(impl, monkeypatch):
     assert calls == [((2, TINY.n_heads, 21, TINY.head_dim), True, {impl})] * TINY.n_layers  # (b, h, s, d)
 
 
+def test_mha_takes_flash_attns_names_and_is_not_causal_by_default():
+    """flash-attn's MHA(embed_dim, num_heads, ...) attends both ways unless causal=True, with
+    weights Wqkv and out_proj; a flash-attn option this layer lacks raises instead of being
+    ignored."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 32)
+    changed = x.clone()
+    changed[:, 6] += 1.0
+    layer = MHA(32, 4, impl="sdpa_math")
+    causal = MHA(32, 4, causal=True, impl="sdpa_math")
+    causal.load_state_dict(layer.state_dict())
+    assert set(layer.state_dict()) == {"Wqkv.weight", "Wqkv.bias", "out_proj.weight", "out_proj.bias"}
+    with torch.no_grad():
+        assert (layer(changed)[:, :6] - layer(x)[:, :6]).abs().amax() > 1e-4
+        torch.testing.assert_close(causal(changed)[:, :6], causal(x)[:, :6], rtol=0, atol=1e-6)
+    no_bias = MHA(32, 4, qkv_proj_bias=False, out_proj_bias=False, impl="sdpa_math")
+    assert no_bias.Wqkv.bias is None and no_bias.out_proj.bias is None
+    with pytest.raises(TypeError):
+        MHA(32, 4, 2)  # flash-attn's num_heads_kv
+    with pytest.raises(TypeError):
+        MHA(32, 4, dropout=0.1)
+
+
 def test_unknown_impl_raises():
     with pytest.raises(ValueError, match="unknown attention impl 'flash'"):
         MHA(128, 2, impl="flash")
     with pytest.raises(ValueError, match="unknown attention impl"):
         GPT(TINY, impl="sdpa")
     with pytest.raises(ValueError, match="unknown attention impl"):
-        causal_attention("SDPA_MATH")
+        attention("SDPA_MATH", causal=True)
     with pytest.raises(ValueError, match="not a multiple"):
         MHA(100, 3, impl="sdpa_math")
 

@@ -214,3 +214,28 @@ def test_bad_softcap_and_alibi_raise(variant, error, match):
         variant = {"alibi_slopes": torch.ones(2)}
     with pytest.raises(error, match=match):
         flash_attn_func(q, k, v, **variant)
+
+
+@pytest.mark.parametrize("view", ["expanded", "strided rows"])
+def test_per_batch_alibi_slopes_need_only_contiguous_heads(view):
+    """As flash-attn, (batch, nheads) slopes may have any batch stride: a view expanded over the
+    batch (stride 0) or every other row of a taller tensor gives bitwise what the same slopes give
+    contiguous, forward and backward."""
+    skip_unbuilt(64, torch.bfloat16)
+    batch, nheads = 3, 4
+    q, k, v = random_qkv(batch, 100, 130, nheads, nheads, 64, torch.bfloat16, seed=7)
+    base = alibi_slopes("batch", 2 * batch, nheads, seed=5)
+    slopes = base[:1].expand(batch, nheads) if view == "expanded" else base[::2]
+    assert not slopes.is_contiguous()
+    dout = random_dout(q, 8)
+    strided = grads_of(lambda *t: flash_attn_func(*t, causal=True, alibi_slopes=slopes), (q, k, v), dout)
+    dense = grads_of(lambda *t: flash_attn_func(*t, causal=True, alibi_slopes=slopes.contiguous()), (q, k, v), dout)
+    assert torch.equal(strided[0], dense[0])
+    for a, b in zip(strided[1], dense[1]):
+        assert torch.equal(a, b)
+
+
+def test_alibi_slopes_with_strided_heads_raise():
+    q, k, v = random_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16, seed=0)
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        flash_attn_func(q, k, v, alibi_slopes=torch.ones(4, device="cuda")[::2])

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include <c10/util/Exception.h>
@@ -84,9 +85,13 @@ void AttentionOptions::set_params(Flash_fwd_params &params, const at::Tensor &q)
         const bool per_batch = slopes.dim() == 2 && slopes.size(0) == params.batch && slopes.size(1) == params.num_heads;
         TORCH_CHECK_VALUE(per_head || per_batch, "alibi_slopes must have shape (nheads,) = (", params.num_heads,
                           ",) or (batch, nheads) = (", params.batch, ", ", params.num_heads, "), got ", slopes.sizes());
-        TORCH_CHECK_VALUE(slopes.is_contiguous(), "alibi_slopes must be contiguous");
+        // As flash-attn: any batch stride (a view expanded over the batch has 0), the heads contiguous.
+        TORCH_CHECK_VALUE(slopes.stride(-1) == 1 || params.num_heads == 1,
+                          "alibi_slopes must have a contiguous last dimension, got strides ", slopes.strides());
+        TORCH_CHECK_VALUE(!per_batch || slopes.stride(0) <= std::numeric_limits<int>::max(),
+                          "alibi_slopes' batch stride must fit in 32 bits, got ", slopes.stride(0));
         params.alibi_slopes_ptr = slopes.data_ptr<float>();
-        params.alibi_slopes_batch_stride = per_batch ? params.num_heads : 0;
+        params.alibi_slopes_batch_stride = per_batch ? static_cast<int>(slopes.stride(0)) : 0;
     }
     params.softmax_scale = static_cast<float>(softmax_scale);
     params.softmax_scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);

@@ -54,7 +54,7 @@ class Block(nn.Module):
     def __init__(self, config, impl):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.hidden)
-        self.attn = MHA(config.hidden, config.n_heads, impl)
+        self.attn = MHA(config.hidden, config.n_heads, causal=True, impl=impl)
         self.norm2 = nn.LayerNorm(config.hidden)
         self.mlp = MLP(config.hidden)
 

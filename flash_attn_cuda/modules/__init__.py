@@ -1,3 +1,3 @@
-from flash_attn_cuda.modules.mha import IMPLS, MHA, causal_attention
+from flash_attn_cuda.modules.mha import IMPLS, MHA, attention
 
-__all__ = ["IMPLS", "MHA", "causal_attention"]
+__all__ = ["IMPLS", "MHA", "attention"]
