@@ -57,6 +57,20 @@ def index_put_first_axis(values, indices, first_axis_dim):
     return IndexPutFirstAxis.apply(values, indices, first_axis_dim)
 
 
+def _check_mask_shape(name, mask, hidden_states):
+    if mask.shape != hidden_states.shape[:2]:
+        raise ValueError(f"{name} must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
+                         f"got {tuple(mask.shape)}")
+
+
+def _packed(hidden_states, indices, seqlens):
+    """(hidden_states' tokens at the flattened (batch * seqlen) positions indices, cu_seqlens (int32)
+    of the sequences of lengths seqlens, the longest of them as an int)."""
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    max_seqlen = int(seqlens.max().item()) if seqlens.numel() else 0
+    return index_first_axis(hidden_states.reshape(-1, *hidden_states.shape[2:]), indices), cu_seqlens, max_seqlen
+
+
 def unpad_input(hidden_states, attention_mask, unused_mask=None):
     """hidden_states (batch, seqlen, ...); attention_mask (batch, seqlen), bool or int, nonzero
     where a token is valid; unused_mask (batch, seqlen), nonzero where a token is allocated but
@@ -65,20 +79,14 @@ def unpad_input(hidden_states, attention_mask, unused_mask=None):
     Returns (hidden_states (total_nnz, ...), indices (total_nnz,) int64 into the flattened
     (batch * seqlen) positions, cu_seqlens (batch + 1,) int32, max_seqlen_in_batch (int),
     seqused (batch,) int32: the valid tokens of each sequence)."""
-    if attention_mask.shape != hidden_states.shape[:2]:
-        raise ValueError(
-            f"attention_mask must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
+    _check_mask_shape("attention_mask", attention_mask, hidden_states)
     used = attention_mask.bool()
     all_masks = used if unused_mask is None else used | unused_mask.bool()
     seqlens = all_masks.sum(dim=-1, dtype=torch.int32)
     seqused = used.sum(dim=-1, dtype=torch.int32)
     indices = torch.nonzero(all_masks.flatten()).flatten()
-    max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() else 0
-    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
-    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
-    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
+    unpadded, cu_seqlens, max_seqlen_in_batch = _packed(hidden_states, indices, seqlens)
+    return unpadded, indices, cu_seqlens, max_seqlen_in_batch, seqused
 
 
 def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_length):
@@ -90,20 +98,14 @@ def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_leng
     Returns (hidden_states (total, ...): the rows' first sum(lengths) tokens, indices (total,)
     int64 into the flattened (batch * seqlen) positions, cu_seqlens (sequences + 1,) int32 over every
     sequence of every row, max_seqlen (int)): four values, as flash-attn's."""
-    if attention_mask_in_length.shape != hidden_states.shape[:2]:
-        raise ValueError(
-            f"attention_mask_in_length must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, "
-            f"got {tuple(attention_mask_in_length.shape)}"
-        )
+    _check_mask_shape("attention_mask_in_length", attention_mask_in_length, hidden_states)
     lengths = attention_mask_in_length.flatten()
     seqlens = lengths[lengths != 0].to(torch.int32)
     tokens_per_row = attention_mask_in_length.sum(dim=-1)
     positions = torch.arange(hidden_states.shape[1], device=attention_mask_in_length.device)
     indices = torch.nonzero((positions.unsqueeze(0) < tokens_per_row.unsqueeze(1)).flatten()).flatten()
-    max_seqlen = int(seqlens.max().item()) if seqlens.numel() else 0
-    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
-    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
-    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen
+    unpadded, cu_seqlens, max_seqlen = _packed(hidden_states, indices, seqlens)
+    return unpadded, indices, cu_seqlens, max_seqlen
 
 
 def pad_input(hidden_states, indices, batch, seqlen):

@@ -32,9 +32,9 @@ def flash_attn_func(
     generator (torch.manual_seed reproduces a run); the backward regenerates the same mask.
     Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse, S_dmask) with
     return_attn_probs, softmax_lse being (batch, nheads, seqlen_q) float32 and S_dmask an empty
-    tensor without dropout (flash-attn 2.7 on); with it, as flash-attn (for tests): (batch, nheads, seqlen_q and seqlen_k
-    rounded up to 128), each visited key block's exp(scores - running max), negated where dropped
-    (decode with _get_block_size_n).
+    tensor without dropout (flash-attn 2.7 on); with it, as flash-attn (for tests): (batch, nheads,
+    seqlen_q and seqlen_k rounded up to 128), each visited key block's exp(scores - running max),
+    negated where dropped (decode with _get_block_size_n).
     deterministic=True makes the backward pass accumulate dq in a fixed order (bitwise
     reproducible, slower); the default adds with atomics. softmax_lse carries no gradient.
     """
