@@ -24,6 +24,7 @@
 #include "sm90/bwd_config.h"
 #include "sm90/bwd_dropout.h"
 #include "sm90/tile_queue.h"
+#include "sm90/warpgroup_registers.h"
 
 namespace flash::sm90 {
 
@@ -66,6 +67,7 @@ struct BwdKernelTraits {
     static constexpr int kNumThreads = kNumConsumerThreads + 128;
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
+    static_assert(registers_fit(kProducerRegs, kConsumerRegs, kNumConsumerThreads));  // warpgroup_registers.h
 
     using BlockM = Int<kBlockM>;
     using BlockN = Int<kBlockN>;

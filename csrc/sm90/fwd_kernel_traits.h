@@ -10,6 +10,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "sm90/tile_queue.h"
+#include "sm90/warpgroup_registers.h"
 
 namespace flash::sm90 {
 
@@ -77,11 +78,10 @@ struct FwdKernelTraits {
                   uint32_t(FwdBarrier::kTurnOfWarpgroup0) + kNumConsumerWarpgroups +
                           cutlass::arch::NamedBarrier::ReservedNamedBarrierCount <=
                       cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers);
-    // setmaxnreg: the loader gives registers back to the consumers (64K registers per SM, counts
-    // in multiples of 8).
+    // setmaxnreg: the loader gives registers back to the consumers (warpgroup_registers.h).
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = kNumConsumerWarpgroups == 3 ? 160 : 240;
-    static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 65536);
+    static_assert(registers_fit(kProducerRegs, kConsumerRegs, kNumConsumerThreads));
 
     using BlockM = Int<kBlockM>;
     using BlockN = Int<kBlockN>;
