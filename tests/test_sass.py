@@ -23,20 +23,24 @@ def find_cuobjdump():
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    """{(arch, mangled kernel name): its SASS} of every kernel in the built extension (a kernel is
-    built once per arch of FLASH_ATTN_CUDA_ARCHS)."""
+def dump_by_arch(option):
+    """[(arch, text)]: cuobjdump's output for option (-sass, -res-usage) on the built extension, by
+    the arch of each cubin (a kernel is built once per arch of FLASH_ATTN_CUDA_ARCHS)."""
     if not _extension.is_built():
         pytest.skip("the extension is not built")
     tool = find_cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (CUDA toolkit or triton)")
-    sass = subprocess.run([tool, "-sass", _extension.load().__file__], capture_output=True, text=True, check=True,
+    text = subprocess.run([tool, option, _extension.load().__file__], capture_output=True, text=True, check=True,
                           timeout=600).stdout
+    return [(section.split(None, 1)[0], section) for section in re.split(r"\n\s*arch = ", text)[1:]]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """{(arch, mangled kernel name): its SASS} of every kernel in the built extension."""
     found = {}
-    for section in re.split(r"\n\s*arch = ", sass)[1:]:
-        arch = section.split(None, 1)[0]
+    for arch, section in dump_by_arch("-sass"):
         for body in re.split(r"\n\s*Function : ", section)[1:]:
             found[arch, body.split("\n", 1)[0].strip()] = body
     assert found, "no kernel found in the extension's SASS"
@@ -46,14 +50,8 @@ def kernels():
 @pytest.fixture(scope="module")
 def registers():
     """{(arch, mangled kernel name): the registers a thread of the kernel starts with}."""
-    tool = find_cuobjdump()
-    if not _extension.is_built() or tool is None:
-        pytest.skip("the extension is not built, or no cuobjdump")
-    usage = subprocess.run([tool, "-res-usage", _extension.load().__file__], capture_output=True, text=True,
-                           check=True, timeout=600).stdout
     found = {}
-    for section in re.split(r"\n\s*arch = ", usage)[1:]:
-        arch = section.split(None, 1)[0]
+    for arch, section in dump_by_arch("-res-usage"):
         for name, regs in re.findall(r"Function (\S+):\s*REG:(\d+)", section):
             found[arch, name] = int(regs)
     assert found, "no kernel found in the extension's resource usage"
@@ -120,12 +118,12 @@ def test_hopper_register_splits_fit_the_block(kernels, registers):
         pytest.skip("the sm90 family is not built")
     short = {}
     for name, body in hopper.items():
-        producer = {int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", body)}
-        consumer = {int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", body)}
-        assert len(producer) == 1 and len(consumer) == 1, name
+        producers = {int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", body)}
+        consumers = {int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", body)}
+        assert len(producers) == 1 and len(consumers) == 1, name
+        (producer,), (consumer,) = producers, consumers
         start = registers["sm_90a", name]
         threads = 65536 // start // 128 * 128
-        given, taken = (start - min(producer)) * 128, (min(consumer) - start) * (threads - 128)
-        if given < taken:
-            short[name] = (start, min(producer), min(consumer), threads)
+        if (start - producer) * 128 < (consumer - start) * (threads - 128):
+            short[name] = (start, producer, consumer, threads)
     assert short == {}
